@@ -1,0 +1,157 @@
+// Package api holds the wire types of rackd's HTTP API v1 (see docs/API.md).
+// The server (package agent) and the client (package agent/client, used by
+// the CLI) share them so that the two can never disagree on a field name.
+package api
+
+import "time"
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+// Error codes named by the API contract. Clients match on these, never on the
+// human sentence.
+const (
+	CodeUnauthorized       = "unauthorized"
+	CodeForbidden          = "forbidden"
+	CodeNotFound           = "not_found"
+	CodeConflict           = "conflict"
+	CodeInvalidTransition  = "invalid_transition"
+	CodeAllocated          = "allocated"
+	CodeNoAvailableMachine = "no_available_machine"
+	CodeBadRequest         = "bad_request"
+	CodeBodyTooLarge       = "body_too_large"
+	CodeUnsupportedMedia   = "unsupported_media_type"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeInternal           = "internal"
+	CodeUnavailable        = "unavailable"
+)
+
+// PowerParams are what an operator gives to reach a machine's BMC. Username and
+// password are write-only: they are never returned by the API.
+type PowerParams struct {
+	Driver   string `json:"driver"`
+	Address  string `json:"address,omitempty"`
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+}
+
+// PowerView is the power part of a machine as the API shows it.
+type PowerView struct {
+	Driver   string `json:"driver"`
+	Address  string `json:"address,omitempty"`
+	Desired  string `json:"desired"`
+	Observed string `json:"observed"`
+}
+
+// IP is one address bound to one of a machine's interfaces.
+type IP struct {
+	IP   string `json:"ip"`
+	MAC  string `json:"mac"`
+	Kind string `json:"kind"`
+}
+
+// Machine is a machine as the API shows it.
+type Machine struct {
+	ID         string    `json:"id"`
+	Hostname   string    `json:"hostname"`
+	State      string    `json:"state"`
+	Arch       string    `json:"arch"`
+	MACs       []string  `json:"macs"`
+	Owner      string    `json:"owner"`
+	AgentName  string    `json:"agent_name"`
+	CPUCount   int       `json:"cpu_count"`
+	MemoryMB   int       `json:"memory_mb"`
+	Tags       []string  `json:"tags"`
+	Zone       string    `json:"zone,omitempty"`
+	IPs        []IP      `json:"ips"`
+	Power      PowerView `json:"power"`
+	StateSince time.Time `json:"state_since"`
+	Created    time.Time `json:"created"`
+}
+
+// CreateMachine is the body of POST /api/v1/machines.
+type CreateMachine struct {
+	Hostname string       `json:"hostname"`
+	Arch     string       `json:"arch"`
+	MACs     []string     `json:"macs"`
+	Power    *PowerParams `json:"power,omitempty"`
+	CPUCount int          `json:"cpu_count"`
+	MemoryMB int          `json:"memory_mb"`
+	Tags     []string     `json:"tags,omitempty"`
+	Zone     string       `json:"zone,omitempty"`
+	// State is NEW (default), READY or DEPLOYED.
+	State string `json:"state,omitempty"`
+}
+
+// ActionRequest is the optional body of POST /api/v1/machines/{id}/{action}.
+type ActionRequest struct {
+	Reason string `json:"reason,omitempty"`
+	// Image names the image to deploy (deploy only).
+	Image string `json:"image,omitempty"`
+}
+
+// Constraints select machines for allocate-by-constraints.
+type Constraints struct {
+	Arch        string   `json:"arch,omitempty"`
+	MinCPU      int      `json:"min_cpu,omitempty"`
+	MinMemoryMB int      `json:"min_memory_mb,omitempty"`
+	Tags        []string `json:"tags,omitempty"`
+	Zone        string   `json:"zone,omitempty"`
+}
+
+// AllocateRequest is the body of POST /api/v1/allocations.
+type AllocateRequest struct {
+	Name        string       `json:"name,omitempty"`
+	AgentName   string       `json:"agent_name,omitempty"`
+	Token       string       `json:"token,omitempty"`
+	Constraints *Constraints `json:"constraints,omitempty"`
+}
+
+// Allocation is the answer of POST /api/v1/allocations. Token is set only when
+// a new token was minted (new allocation or adoption); it is shown once.
+type Allocation struct {
+	Machine Machine `json:"machine"`
+	Token   string  `json:"token,omitempty"`
+}
+
+// CreateUser is the body of POST /api/v1/users.
+type CreateUser struct {
+	Name  string `json:"name"`
+	Admin bool   `json:"admin,omitempty"`
+}
+
+// User is a user as the API shows it. Token is only set in the answer that
+// created it.
+type User struct {
+	Name    string    `json:"name"`
+	Admin   bool      `json:"admin"`
+	Token   string    `json:"token,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// Event is one entry of a machine's history.
+type Event struct {
+	Seq     uint64    `json:"seq"`
+	Time    time.Time `json:"time"`
+	Machine string    `json:"machine"`
+	Actor   string    `json:"actor"`
+	Action  string    `json:"action"`
+	From    string    `json:"from,omitempty"`
+	To      string    `json:"to,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version"`
+}
+
+// Version is the body of GET /api/v1/version.
+type Version struct {
+	Version string `json:"version"`
+	Schema  int    `json:"schema"`
+}

@@ -1,0 +1,216 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// Constraints select a machine for allocate-by-constraints. Empty fields
+// match everything.
+type Constraints struct {
+	Arch        string
+	MinCPU      int
+	MinMemoryMB int
+	Tags        []string
+	Zone        string
+}
+
+func (c Constraints) match(m Machine) bool {
+	if c.Arch != "" && c.Arch != m.Arch {
+		return false
+	}
+	if m.CPUCount < c.MinCPU || m.MemoryMB < c.MinMemoryMB {
+		return false
+	}
+	if c.Zone != "" && c.Zone != m.Zone {
+		return false
+	}
+	for _, tag := range c.Tags {
+		if !slices.Contains(m.Tags, tag) {
+			return false
+		}
+	}
+	return true
+}
+
+// AllocateRequest asks for a machine, by name or by constraints.
+type AllocateRequest struct {
+	// Name (id or hostname) asks for one machine; empty means "any machine
+	// that matches Constraints".
+	Name        string
+	AgentName   string
+	Token       string
+	Constraints Constraints
+}
+
+// AllocateResult is a granted allocation. Token is set when a new token was
+// minted (a new allocation or an adoption) and is shown only this once;
+// Created tells a new allocation from a repeat or an adoption.
+type AllocateResult struct {
+	Machine Machine
+	Token   string
+	Created bool
+	Adopted bool
+}
+
+// NewToken returns a fresh random secret (256 bits, URL-safe).
+func NewToken() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// HashToken is how tokens are stored: they are random and long, so a plain
+// SHA-256 is enough (there is nothing to brute-force).
+func HashToken(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:])
+}
+
+// Allocate grants a machine to actor in one transaction, with the semantics
+// of seed 000 (DESIGN.md section 1):
+//   - by constraints: the first READY machine (by hostname) that matches; a
+//     held machine is never returned, not even to the agent that holds it;
+//   - by name, with the allocation's token: the caller adopts it under the new
+//     agent name and a new token replaces the old one;
+//   - by name, held by the same owner with the same non-empty agent name: a
+//     no-op that returns the allocation unchanged;
+//   - by name, held otherwise: CodeAllocated.
+func (s *Store) Allocate(ctx context.Context, actor Actor, req AllocateRequest) (AllocateResult, error) {
+	if len(req.AgentName) > 256 {
+		return AllocateResult{}, errorf(CodeInvalid, "agent_name is too long (at most 256 bytes)")
+	}
+	var res AllocateResult
+	err := s.update(ctx, func(t *Tx) error {
+		var err error
+		res, err = t.allocate(actor, req)
+		return err
+	})
+	return res, err
+}
+
+func (t *Tx) allocate(actor Actor, req AllocateRequest) (AllocateResult, error) {
+	var m Machine
+	if req.Name != "" {
+		var err error
+		if m, err = t.machine(req.Name); err != nil {
+			return AllocateResult{}, err
+		}
+		if m.Owner != "" {
+			return t.reuse(actor, req, m)
+		}
+		if m.State != StateReady {
+			return AllocateResult{}, errorf(CodeNoAvailableMachine, "machine %s is %s, not READY: it cannot be allocated", m.Hostname, m.State)
+		}
+		if !req.Constraints.match(m) {
+			return AllocateResult{}, errorf(CodeNoAvailableMachine, "machine %s does not match the constraints", m.Hostname)
+		}
+	} else {
+		found := false
+		err := t.tx.Bucket(bucketHostnames).ForEach(func(_, id []byte) error {
+			if found {
+				return nil
+			}
+			var c Machine
+			if _, err := t.get(bucketMachines, id, &c); err != nil {
+				return err
+			}
+			if c.State == StateReady && c.Owner == "" && req.Constraints.match(c) {
+				m, found = c, true
+			}
+			return nil
+		})
+		if err != nil {
+			return AllocateResult{}, err
+		}
+		if !found {
+			return AllocateResult{}, errorf(CodeNoAvailableMachine, "no READY machine matches %s", describe(req.Constraints))
+		}
+	}
+	token := NewToken()
+	from := m.State
+	m.State, m.StateSince = StateAllocated, t.now
+	m.Owner, m.AgentName = actor.Name, req.AgentName
+	if err := t.put(bucketAllocations, []byte(m.ID), Allocation{MachineID: m.ID, Owner: actor.Name,
+		AgentName: req.AgentName, TokenHash: HashToken(token), Created: t.now}); err != nil {
+		return AllocateResult{}, err
+	}
+	if err := t.putMachine(m); err != nil {
+		return AllocateResult{}, err
+	}
+	err := t.addEvent(Event{Machine: m.ID, Actor: actor.Name, Action: string(ActionAllocate),
+		From: from, To: m.State, Reason: "agent_name " + quoteOrNone(req.AgentName)})
+	return AllocateResult{Machine: m, Token: token, Created: true}, err
+}
+
+// reuse handles allocate-by-name of a machine that is already held.
+func (t *Tx) reuse(actor Actor, req AllocateRequest, m Machine) (AllocateResult, error) {
+	var a Allocation
+	found, err := t.get(bucketAllocations, []byte(m.ID), &a)
+	if err != nil {
+		return AllocateResult{}, err
+	}
+	if !found {
+		return AllocateResult{}, fmt.Errorf("store: machine %s has owner %q but no allocation record", m.ID, m.Owner)
+	}
+	live := holds(m.State)
+	if req.Token != "" {
+		ok := a.TokenHash != "" && subtle.ConstantTimeCompare([]byte(a.TokenHash), []byte(HashToken(req.Token))) == 1
+		if !ok || !live {
+			return AllocateResult{}, errorf(CodeAllocated, "machine %s is allocated and the token given is not its allocation token", m.Hostname)
+		}
+		token := NewToken()
+		prevOwner, prevAgent := a.Owner, a.AgentName
+		a.Owner, a.AgentName, a.TokenHash = actor.Name, req.AgentName, HashToken(token)
+		m.Owner, m.AgentName = a.Owner, a.AgentName
+		if err := t.put(bucketAllocations, []byte(m.ID), a); err != nil {
+			return AllocateResult{}, err
+		}
+		if err := t.putMachine(m); err != nil {
+			return AllocateResult{}, err
+		}
+		err := t.addEvent(Event{Machine: m.ID, Actor: actor.Name, Action: "adopt",
+			Reason: fmt.Sprintf("from owner %s agent_name %s to owner %s agent_name %s",
+				prevOwner, quoteOrNone(prevAgent), actor.Name, quoteOrNone(req.AgentName))})
+		return AllocateResult{Machine: m, Token: token, Adopted: true}, err
+	}
+	if live && req.AgentName != "" && a.Owner == actor.Name && a.AgentName == req.AgentName {
+		return AllocateResult{Machine: m}, nil
+	}
+	return AllocateResult{}, errorf(CodeAllocated, "machine %s is already allocated (%s)", m.Hostname, m.State)
+}
+
+func quoteOrNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+func describe(c Constraints) string {
+	if c.Arch == "" && c.MinCPU == 0 && c.MinMemoryMB == 0 && len(c.Tags) == 0 && c.Zone == "" {
+		return "(no constraints)"
+	}
+	b, _ := json.Marshal(map[string]any{"arch": c.Arch, "min_cpu": c.MinCPU,
+		"min_memory_mb": c.MinMemoryMB, "tags": c.Tags, "zone": c.Zone})
+	return string(b)
+}
+
+// Release ends actor's allocation of a machine: it moves to RELEASING, the
+// allocation and its token are gone at once, and CompleteRelease (after the
+// power-off) brings it to READY.
+func (s *Store) Release(ctx context.Context, actor Actor, idOrName, reason string) (Machine, error) {
+	return s.Transition(ctx, actor, TransitionRequest{Machine: idOrName, Action: ActionRelease, Reason: reason})
+}
+
+// CompleteRelease finishes a release: RELEASING -> READY.
+func (s *Store) CompleteRelease(ctx context.Context, id string) (Machine, error) {
+	return s.Transition(ctx, System, TransitionRequest{Machine: id, Action: ActionReleaseDone, Reason: "machine released"})
+}

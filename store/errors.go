@@ -1,0 +1,46 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code names a domain refusal. The strings are the API's error codes.
+type Code string
+
+// The domain refusals.
+const (
+	CodeNotFound           Code = "not_found"
+	CodeConflict           Code = "conflict"
+	CodeInvalidTransition  Code = "invalid_transition"
+	CodeAllocated          Code = "allocated"
+	CodeNoAvailableMachine Code = "no_available_machine"
+	CodeInvalid            Code = "bad_request"
+	CodeForbidden          Code = "forbidden"
+)
+
+// Error is a refusal by a domain rule: the request was understood and the
+// state of the rack says no. Nothing was written.
+type Error struct {
+	Code Code
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+func errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the domain code of err, or "" when err is not a domain
+// refusal (an I/O failure, a closed store).
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// ErrClosed is returned by operations on a store that has been closed.
+var ErrClosed = errors.New("store: closed")

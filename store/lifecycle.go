@@ -1,0 +1,135 @@
+package store
+
+import "fmt"
+
+// State is a machine's lifecycle state (DESIGN.md section 1).
+type State string
+
+// The lifecycle states, as the API spells them.
+const (
+	StateNew                 State = "NEW"
+	StateCommissioning       State = "COMMISSIONING"
+	StateFailedCommissioning State = "FAILED_COMMISSIONING"
+	StateReady               State = "READY"
+	StateAllocated           State = "ALLOCATED"
+	StateDeploying           State = "DEPLOYING"
+	StateDeployed            State = "DEPLOYED"
+	StateFailedDeployment    State = "FAILED_DEPLOYMENT"
+	StateReleasing           State = "RELEASING"
+	StateBroken              State = "BROKEN"
+	StateRetired             State = "RETIRED"
+)
+
+// States lists every state, in lifecycle order.
+var States = []State{
+	StateNew, StateCommissioning, StateFailedCommissioning, StateReady,
+	StateAllocated, StateDeploying, StateDeployed, StateFailedDeployment,
+	StateReleasing, StateBroken, StateRetired,
+}
+
+// Valid reports whether s is one of the lifecycle states.
+func (s State) Valid() bool {
+	for _, v := range States {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Action is something that moves a machine from one state to another.
+type Action string
+
+// The lifecycle actions. The first group is what users ask for; the second is
+// what rackd itself concludes (a commissioning report, a watchdog, the end of
+// a release).
+const (
+	ActionCommission Action = "commission"
+	ActionAllocate   Action = "allocate"
+	ActionDeploy     Action = "deploy"
+	ActionRelease    Action = "release"
+	ActionMarkBroken Action = "mark-broken"
+	ActionMarkFixed  Action = "mark-fixed"
+	ActionRetire     Action = "retire"
+
+	ActionCommissioningDone   Action = "commissioning-done"
+	ActionCommissioningFailed Action = "commissioning-failed"
+	ActionDeploymentDone      Action = "deployment-done"
+	ActionDeploymentFailed    Action = "deployment-failed"
+	ActionReleaseDone         Action = "release-done"
+)
+
+// Actions lists every action.
+var Actions = []Action{
+	ActionCommission, ActionAllocate, ActionDeploy, ActionRelease,
+	ActionMarkBroken, ActionMarkFixed, ActionRetire,
+	ActionCommissioningDone, ActionCommissioningFailed,
+	ActionDeploymentDone, ActionDeploymentFailed, ActionReleaseDone,
+}
+
+// transitions is the lifecycle: for each action, the states it may start
+// from and the state it leads to. mark-broken and mark-fixed are handled in
+// Next because their edges depend on more than the table can say.
+var transitions = map[Action]struct {
+	from []State
+	to   State
+}{
+	// Re-commissioning a READY machine refreshes its inventory; a failed one
+	// may be tried again.
+	ActionCommission:          {[]State{StateNew, StateReady, StateFailedCommissioning}, StateCommissioning},
+	ActionCommissioningDone:   {[]State{StateCommissioning}, StateReady},
+	ActionCommissioningFailed: {[]State{StateCommissioning}, StateFailedCommissioning},
+	ActionAllocate:            {[]State{StateReady}, StateAllocated},
+	// A failed deployment may be retried by its owner without giving the
+	// machine up.
+	ActionDeploy:           {[]State{StateAllocated, StateFailedDeployment}, StateDeploying},
+	ActionDeploymentDone:   {[]State{StateDeploying}, StateDeployed},
+	ActionDeploymentFailed: {[]State{StateDeploying}, StateFailedDeployment},
+	ActionRelease:          {[]State{StateAllocated, StateDeployed, StateFailedDeployment}, StateReleasing},
+	ActionReleaseDone:      {[]State{StateReleasing}, StateReady},
+	// Idle: nobody holds the machine and nothing is running on its behalf.
+	ActionRetire: {[]State{StateNew, StateReady, StateFailedCommissioning, StateBroken}, StateRetired},
+}
+
+// Next is the lifecycle as a pure function: the state that action leads to
+// from state from, or an *Error with CodeInvalidTransition naming both.
+// commissioned says whether the machine's hardware is known (it was
+// commissioned, or created READY or DEPLOYED); mark-fixed returns such a
+// machine to READY and any other to NEW.
+func Next(from State, action Action, commissioned bool) (State, error) {
+	if !from.Valid() {
+		return "", errorf(CodeInvalid, "unknown state %q", from)
+	}
+	switch action {
+	case ActionMarkBroken:
+		// Any state may turn out broken, except broken itself.
+		if from == StateBroken {
+			return "", invalidTransition(from, action, StateBroken)
+		}
+		return StateBroken, nil
+	case ActionMarkFixed:
+		to := StateNew
+		if commissioned {
+			to = StateReady
+		}
+		if from != StateBroken {
+			return "", invalidTransition(from, action, to)
+		}
+		return to, nil
+	}
+	t, ok := transitions[action]
+	if !ok {
+		return "", errorf(CodeInvalid, "unknown action %q", action)
+	}
+	for _, s := range t.from {
+		if s == from {
+			return t.to, nil
+		}
+	}
+	return "", invalidTransition(from, action, t.to)
+}
+
+func invalidTransition(from State, action Action, to State) *Error {
+	return &Error{Code: CodeInvalidTransition,
+		Msg: fmt.Sprintf("cannot %s a machine that is %s: %s -> %s is not allowed", action, from, from, to)}
+}

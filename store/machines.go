@@ -1,0 +1,445 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"encoding/base32"
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// NewMachine describes a machine to create.
+type NewMachine struct {
+	Hostname string
+	Arch     string
+	MACs     []string
+	CPUCount int
+	MemoryMB int
+	Tags     []string
+	Zone     string
+	Power    PowerParams
+	// State is StateNew (the default), StateReady (hardware known: skip
+	// commissioning) or StateDeployed (adopt a running machine; the creator
+	// becomes its owner).
+	State State
+	// AgentName labels the allocation of a machine created DEPLOYED.
+	AgentName string
+}
+
+var (
+	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+	archRE     = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+	tagRE      = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+	idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+)
+
+// NormalizeMAC returns mac in the canonical form rackd stores and compares
+// (lower case, colon separated, 6 octets), or an error that says why not.
+func NormalizeMAC(mac string) (string, error) {
+	hw, err := net.ParseMAC(strings.TrimSpace(mac))
+	if err != nil || len(hw) != 6 {
+		return "", errorf(CodeInvalid, "invalid MAC address %q: want six octets like 52:54:00:12:34:56", mac)
+	}
+	return hw.String(), nil
+}
+
+// normalize validates nm and puts it in canonical form.
+func (nm *NewMachine) normalize() error {
+	nm.Hostname = strings.ToLower(strings.TrimSpace(nm.Hostname))
+	if len(nm.Hostname) > 253 || !hostnameRE.MatchString(nm.Hostname) {
+		return errorf(CodeInvalid, "invalid hostname %q: use letters, digits and dashes, labels of at most 63 characters", nm.Hostname)
+	}
+	if nm.Arch == "" {
+		nm.Arch = "amd64"
+	}
+	if !archRE.MatchString(nm.Arch) {
+		return errorf(CodeInvalid, "invalid arch %q: want a name like amd64 or arm64", nm.Arch)
+	}
+	if len(nm.MACs) == 0 {
+		return errorf(CodeInvalid, "a machine needs at least one MAC address")
+	}
+	if len(nm.MACs) > 64 {
+		return errorf(CodeInvalid, "too many MAC addresses (%d, at most 64)", len(nm.MACs))
+	}
+	seen := map[string]bool{}
+	for i, m := range nm.MACs {
+		n, err := NormalizeMAC(m)
+		if err != nil {
+			return err
+		}
+		if seen[n] {
+			return errorf(CodeInvalid, "MAC address %s is listed twice", n)
+		}
+		seen[n] = true
+		nm.MACs[i] = n
+	}
+	if nm.CPUCount < 0 || nm.MemoryMB < 0 {
+		return errorf(CodeInvalid, "cpu_count and memory_mb cannot be negative")
+	}
+	if len(nm.Tags) > 64 {
+		return errorf(CodeInvalid, "too many tags (%d, at most 64)", len(nm.Tags))
+	}
+	for _, t := range nm.Tags {
+		if !tagRE.MatchString(t) {
+			return errorf(CodeInvalid, "invalid tag %q: use letters, digits and . _ : -", t)
+		}
+	}
+	if len(nm.Zone) > 64 {
+		return errorf(CodeInvalid, "zone name too long")
+	}
+	switch nm.State {
+	case "":
+		nm.State = StateNew
+	case StateNew, StateReady, StateDeployed:
+	default:
+		return errorf(CodeInvalid, "a machine can be created NEW, READY or DEPLOYED, not %q", nm.State)
+	}
+	return nil
+}
+
+func newID() string {
+	b := make([]byte, 5)
+	rand.Read(b) // never fails (crypto/rand panics instead)
+	return "m-" + idEncoding.EncodeToString(b)
+}
+
+// CreateMachine adds a machine in one transaction: the record, its hostname
+// and MAC indexes, an allocation when it is created DEPLOYED, and the event.
+// A duplicate hostname or MAC is refused with CodeConflict.
+func (s *Store) CreateMachine(ctx context.Context, actor Actor, nm NewMachine) (Machine, error) {
+	if !actor.Admin {
+		return Machine{}, errorf(CodeForbidden, "only an admin may add machines")
+	}
+	nm.MACs = slices.Clone(nm.MACs)
+	if err := nm.normalize(); err != nil {
+		return Machine{}, err
+	}
+	var m Machine
+	err := s.update(ctx, func(t *Tx) error {
+		if id := t.getRaw(bucketHostnames, []byte(nm.Hostname)); id != nil {
+			return errorf(CodeConflict, "hostname %q is already used by machine %s", nm.Hostname, id)
+		}
+		for _, mac := range nm.MACs {
+			if id := t.getRaw(bucketMACs, []byte(mac)); id != nil {
+				return errorf(CodeConflict, "MAC address %s already belongs to machine %s", mac, id)
+			}
+		}
+		id := newID()
+		for t.getRaw(bucketMachines, []byte(id)) != nil {
+			id = newID()
+		}
+		m = Machine{
+			ID: id, Hostname: nm.Hostname, State: nm.State, Arch: nm.Arch,
+			MACs: nm.MACs, CPUCount: nm.CPUCount, MemoryMB: nm.MemoryMB,
+			Tags: nm.Tags, Zone: nm.Zone, Power: nm.Power,
+			Commissioned: nm.State != StateNew,
+			StateSince:   t.now, Created: t.now, Updated: t.now,
+		}
+		if nm.State == StateDeployed {
+			m.Owner, m.AgentName = actor.Name, nm.AgentName
+			if err := t.put(bucketAllocations, []byte(id), Allocation{
+				MachineID: id, Owner: actor.Name, AgentName: nm.AgentName, Created: t.now}); err != nil {
+				return err
+			}
+		}
+		if err := t.putMachine(m); err != nil {
+			return err
+		}
+		return t.addEvent(Event{Machine: id, Actor: actor.Name, Action: "create", To: m.State})
+	})
+	return m, err
+}
+
+// putMachine writes m and its indexes. Callers change hostnames and MACs only
+// through here, so the indexes cannot drift from the records.
+func (t *Tx) putMachine(m Machine) error {
+	var old Machine
+	found, err := t.get(bucketMachines, []byte(m.ID), &old)
+	if err != nil {
+		return err
+	}
+	if found && old.Hostname != m.Hostname {
+		if err := t.del(bucketHostnames, []byte(old.Hostname)); err != nil {
+			return err
+		}
+	}
+	if found {
+		for _, mac := range old.MACs {
+			if !slices.Contains(m.MACs, mac) {
+				if err := t.del(bucketMACs, []byte(mac)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := t.putRaw(bucketHostnames, []byte(m.Hostname), []byte(m.ID)); err != nil {
+		return err
+	}
+	for _, mac := range m.MACs {
+		if err := t.putRaw(bucketMACs, []byte(mac), []byte(m.ID)); err != nil {
+			return err
+		}
+	}
+	m.Updated = t.now
+	return t.put(bucketMachines, []byte(m.ID), m)
+}
+
+// machine finds a machine by id or hostname.
+func (t *Tx) machine(idOrName string) (Machine, error) {
+	var m Machine
+	key := []byte(idOrName)
+	if found, err := t.get(bucketMachines, key, &m); err != nil || found {
+		return m, err
+	}
+	if id := t.getRaw(bucketHostnames, []byte(strings.ToLower(idOrName))); id != nil {
+		if found, err := t.get(bucketMachines, id, &m); err != nil || found {
+			return m, err
+		}
+	}
+	return Machine{}, errorf(CodeNotFound, "machine %q not found", idOrName)
+}
+
+// Machine returns the machine with that id or hostname.
+func (s *Store) Machine(idOrName string) (Machine, error) {
+	var m Machine
+	err := s.view(func(t *Tx) error {
+		var err error
+		m, err = t.machine(idOrName)
+		return err
+	})
+	return m, err
+}
+
+// MachineByMAC returns the machine that has mac among its interfaces.
+func (s *Store) MachineByMAC(mac string) (Machine, error) {
+	n, err := NormalizeMAC(mac)
+	if err != nil {
+		return Machine{}, err
+	}
+	var m Machine
+	err = s.view(func(t *Tx) error {
+		id := t.getRaw(bucketMACs, []byte(n))
+		if id == nil {
+			return errorf(CodeNotFound, "no machine has MAC address %s", n)
+		}
+		m, err = t.machine(string(id))
+		return err
+	})
+	return m, err
+}
+
+// Filter selects machines in ListMachines; empty fields match everything.
+type Filter struct {
+	State     State
+	Owner     string
+	AgentName string
+}
+
+// ListMachines returns the machines that match f, ordered by hostname.
+func (s *Store) ListMachines(f Filter) ([]Machine, error) {
+	var out []Machine
+	err := s.view(func(t *Tx) error {
+		// Walk the hostname index so that the answer is sorted for free.
+		return t.tx.Bucket(bucketHostnames).ForEach(func(_, id []byte) error {
+			var m Machine
+			if _, err := t.get(bucketMachines, id, &m); err != nil {
+				return err
+			}
+			if (f.State == "" || m.State == f.State) && (f.Owner == "" || m.Owner == f.Owner) &&
+				(f.AgentName == "" || m.AgentName == f.AgentName) {
+				out = append(out, m)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// CountByState returns how many machines are in each state.
+func (s *Store) CountByState() (map[State]int, error) {
+	counts := map[State]int{}
+	err := s.view(func(t *Tx) error {
+		return t.tx.Bucket(bucketMachines).ForEach(func(k, v []byte) error {
+			var m struct {
+				State State `json:"state"`
+			}
+			if err := json.Unmarshal(v, &m); err != nil {
+				return fmt.Errorf("decode machine %s: %w", k, err)
+			}
+			counts[m.State]++
+			return nil
+		})
+	})
+	return counts, err
+}
+
+// holds reports whether a machine in state s belongs to an allocation.
+// BROKEN keeps whatever it had, so that a human can see whose it was.
+func holds(s State) bool {
+	switch s {
+	case StateAllocated, StateDeploying, StateDeployed, StateFailedDeployment:
+		return true
+	}
+	return false
+}
+
+// TransitionRequest asks for one lifecycle action on one machine.
+type TransitionRequest struct {
+	Machine string // id or hostname
+	Action  Action
+	Reason  string
+	// Image is what a deploy installs (recorded in the event for now).
+	Image string
+}
+
+// Transition applies a lifecycle action in one transaction and records it.
+// Allocation has its own operation (Allocate); everything else goes here.
+// Who may do it: admins anything; the owner of an allocation may deploy and
+// release; rackd itself (System) anything.
+func (s *Store) Transition(ctx context.Context, actor Actor, req TransitionRequest) (Machine, error) {
+	if req.Action == ActionAllocate {
+		return Machine{}, errorf(CodeInvalid, "use Allocate to allocate a machine")
+	}
+	var m Machine
+	err := s.update(ctx, func(t *Tx) error {
+		var err error
+		m, err = t.transition(actor, req)
+		return err
+	})
+	return m, err
+}
+
+func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
+	m, err := t.machine(req.Machine)
+	if err != nil {
+		return Machine{}, err
+	}
+	if !actor.Admin {
+		ownerMay := req.Action == ActionDeploy || req.Action == ActionRelease
+		if !ownerMay || m.Owner != actor.Name {
+			if ownerMay {
+				return Machine{}, errorf(CodeForbidden, "machine %s is not yours: only its owner or an admin may %s it", m.Hostname, req.Action)
+			}
+			return Machine{}, errorf(CodeForbidden, "only an admin may %s a machine", req.Action)
+		}
+	}
+	to, err := Next(m.State, req.Action, m.Commissioned)
+	if err != nil {
+		return Machine{}, withMachine(err, m)
+	}
+	from := m.State
+	m.State, m.StateSince = to, t.now
+	if req.Action == ActionCommissioningDone {
+		m.Commissioned = true
+	}
+	if !holds(to) && to != StateBroken && m.Owner != "" {
+		// The allocation ends here; its token dies with it.
+		if err := t.del(bucketAllocations, []byte(m.ID)); err != nil {
+			return Machine{}, err
+		}
+		m.Owner, m.AgentName = "", ""
+	}
+	if err := t.putMachine(m); err != nil {
+		return Machine{}, err
+	}
+	reason := req.Reason
+	if req.Image != "" {
+		reason = strings.TrimSpace("image " + req.Image + "; " + reason)
+		reason = strings.TrimSuffix(reason, ";")
+	}
+	return m, t.addEvent(Event{Machine: m.ID, Actor: actor.Name, Action: string(req.Action),
+		From: from, To: to, Reason: reason})
+}
+
+// withMachine puts the machine's name into a transition refusal.
+func withMachine(err error, m Machine) error {
+	if e, ok := err.(*Error); ok {
+		return &Error{Code: e.Code, Msg: fmt.Sprintf("machine %s: %s", m.Hostname, e.Msg)}
+	}
+	return err
+}
+
+// Expire moves machines that have been COMMISSIONING or DEPLOYING for longer
+// than the given timeouts to FAILED_COMMISSIONING / FAILED_DEPLOYMENT, with
+// the reason in the event. A zero timeout disables that check.
+func (s *Store) Expire(ctx context.Context, commissioning, deploying time.Duration) ([]Machine, error) {
+	var expired []Machine
+	err := s.update(ctx, func(t *Tx) error {
+		expired = expired[:0]
+		var todo []TransitionRequest
+		err := t.tx.Bucket(bucketMachines).ForEach(func(k, v []byte) error {
+			var m Machine
+			if err := json.Unmarshal(v, &m); err != nil {
+				return fmt.Errorf("decode machine %s: %w", k, err)
+			}
+			age := t.now.Sub(m.StateSince)
+			switch {
+			case m.State == StateCommissioning && commissioning > 0 && age > commissioning:
+				todo = append(todo, TransitionRequest{Machine: m.ID, Action: ActionCommissioningFailed,
+					Reason: fmt.Sprintf("timeout: commissioning did not finish within %s", commissioning)})
+			case m.State == StateDeploying && deploying > 0 && age > deploying:
+				todo = append(todo, TransitionRequest{Machine: m.ID, Action: ActionDeploymentFailed,
+					Reason: fmt.Sprintf("timeout: deployment did not finish within %s", deploying)})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, req := range todo {
+			m, err := t.transition(Actor{Name: "rackd/watchdog", Admin: true}, req)
+			if err != nil {
+				return err
+			}
+			expired = append(expired, m)
+		}
+		return nil
+	})
+	return expired, err
+}
+
+// eventKey orders a machine's events by sequence under its id.
+func eventKey(machine string, seq uint64) []byte {
+	return append(append([]byte(machine), 0), u64(seq)...)
+}
+
+func (t *Tx) addEvent(e Event) error {
+	seq, err := t.nextSeq(bucketEvents)
+	if err != nil {
+		return err
+	}
+	e.Seq, e.Time = seq, t.now
+	return t.put(bucketEvents, eventKey(e.Machine, seq), e)
+}
+
+// Events returns the newest limit events of a machine, oldest first
+// (limit <= 0: all of them).
+func (s *Store) Events(idOrName string, limit int) ([]Event, error) {
+	var out []Event
+	err := s.view(func(t *Tx) error {
+		m, err := t.machine(idOrName)
+		if err != nil {
+			return err
+		}
+		prefix := append([]byte(m.ID), 0)
+		c := t.tx.Bucket(bucketEvents).Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			var e Event
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("decode event: %w", err)
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return out, err
+}

@@ -1,0 +1,401 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// FileName is the database's name inside the state directory.
+const FileName = "rackd.db"
+
+// Bucket names. Indexes (hostnames, macs, tokens) map a unique key to the
+// primary key and are kept in the same transaction as the record.
+var (
+	bucketMeta        = []byte("meta")
+	bucketMachines    = []byte("machines")    // id -> Machine
+	bucketHostnames   = []byte("hostnames")   // hostname -> id
+	bucketMACs        = []byte("macs")        // mac -> id
+	bucketAllocations = []byte("allocations") // machine id -> Allocation
+	bucketUsers       = []byte("users")       // name -> User
+	bucketTokens      = []byte("tokens")      // token hash -> user name
+	bucketEvents      = []byte("events")      // machine id NUL seq -> Event
+
+	keySchema = []byte("schema_version")
+)
+
+// migrations[i] moves a database from schema version i to i+1. Append only:
+// a released migration is never edited.
+var migrations = []func(tx *bolt.Tx) error{
+	// 0 -> 1: the first schema.
+	func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMachines, bucketHostnames, bucketMACs,
+			bucketAllocations, bucketUsers, bucketTokens, bucketEvents} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return fmt.Errorf("create bucket %s: %w", b, err)
+			}
+		}
+		return nil
+	},
+}
+
+// SchemaVersion is the schema this build of rackd writes.
+var SchemaVersion = len(migrations)
+
+// Options tune a store. The zero value is usable.
+type Options struct {
+	// LockTimeout is how long Open waits for another process's lock on the
+	// file before giving up. Default 1s.
+	LockTimeout time.Duration
+	// MaxBatch caps how many operations share one commit. Default 1000.
+	MaxBatch int
+	// ReadOnly opens the file for reading only (offline backup, checks).
+	ReadOnly bool
+	// Now replaces the clock (tests).
+	Now func() time.Time
+	// OnCommit, when set, is told the size and duration of every commit.
+	OnCommit func(ops int, d time.Duration)
+}
+
+// Store is the rack's database. Its methods are safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	path string
+	opts Options
+	now  func() time.Time
+
+	ops     chan *op
+	stop    chan struct{}
+	stopped chan struct{}
+	closeMu sync.Once
+}
+
+// op is one write waiting for the committer.
+type op struct {
+	ctx  context.Context
+	fn   func(*Tx) error
+	done chan error
+}
+
+// Open opens (creating if needed) the database at path and brings its schema
+// up to date. It fails fast, with a message that says what to do, when the
+// file is locked by another process, corrupt, or newer than this build.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = time.Second
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 1000
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, fmt.Errorf("create state directory: %w", err)
+		}
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      opts.LockTimeout,
+		ReadOnly:     opts.ReadOnly,
+		FreelistType: bolt.FreelistMapType,
+	})
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return nil, fmt.Errorf("database %s is locked: another rackd (or a backup) is using this state directory: %w", path, err)
+	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum),
+		errors.Is(err, bolterrors.ErrVersionMismatch):
+		return nil, fmt.Errorf("database %s is corrupt or not a rackd database (restore it from a backup or move it away): %w", path, err)
+	case err != nil:
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	s := &Store{db: db, path: path, opts: opts, now: now,
+		ops: make(chan *op, opts.MaxBatch), stop: make(chan struct{}), stopped: make(chan struct{})}
+	if err := s.migrate(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if opts.ReadOnly {
+		close(s.stopped)
+	} else {
+		go s.commitLoop()
+	}
+	return s, nil
+}
+
+// Path is the database file's path.
+func (s *Store) Path() string { return s.path }
+
+func (s *Store) migrate() error {
+	var have int
+	err := s.db.View(func(tx *bolt.Tx) error {
+		have = schemaOf(tx)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if have > SchemaVersion {
+		return fmt.Errorf("database %s has schema %d, newer than this rackd understands (%d): run a newer rackd", s.path, have, SchemaVersion)
+	}
+	if have == SchemaVersion {
+		return nil
+	}
+	if s.opts.ReadOnly {
+		return fmt.Errorf("database %s has schema %d and needs migrating to %d: open it read-write once", s.path, have, SchemaVersion)
+	}
+	// All migrations run in one transaction: a crash leaves the old schema.
+	return s.db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		for v := have; v < SchemaVersion; v++ {
+			if err := migrations[v](tx); err != nil {
+				return fmt.Errorf("migrate schema %d -> %d: %w", v, v+1, err)
+			}
+		}
+		return meta.Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
+	})
+}
+
+func schemaOf(tx *bolt.Tx) int {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return 0
+	}
+	v, err := strconv.Atoi(string(meta.Get(keySchema)))
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// Close waits for queued writes to commit, then closes the file.
+func (s *Store) Close() error {
+	s.closeMu.Do(func() { close(s.stop) })
+	<-s.stopped
+	return s.db.Close()
+}
+
+// Backup writes a consistent copy of the whole database to w while the store
+// keeps serving (one read transaction; writers are not blocked).
+func (s *Store) Backup(w io.Writer) (int64, error) {
+	var n int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	if err != nil {
+		return n, fmt.Errorf("backup: %w", err)
+	}
+	return n, nil
+}
+
+// BackupSize is the size in bytes a backup will have.
+func (s *Store) BackupSize() (int64, error) {
+	var n int64
+	err := s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
+	return n, err
+}
+
+// Tx is one operation's view of a write transaction. Operations must check
+// every rule before their first write; see the package doc.
+type Tx struct {
+	tx    *bolt.Tx
+	now   time.Time
+	dirty bool
+}
+
+// update runs fn in the next group commit and returns once that commit is
+// durable (or fn refused). A cancelled ctx stops the operation only if it has
+// not started: once fn has run, its outcome is reported whatever ctx says.
+func (s *Store) update(ctx context.Context, fn func(*Tx) error) error {
+	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case <-s.stop:
+		return ErrClosed
+	default:
+	}
+	select {
+	case s.ops <- o:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stop:
+		return ErrClosed
+	}
+	return <-o.done
+}
+
+func (s *Store) commitLoop() {
+	defer close(s.stopped)
+	batch := make([]*op, 0, s.opts.MaxBatch)
+	for {
+		select {
+		case o := <-s.ops:
+			batch = append(batch[:0], o)
+		case <-s.stop:
+			// Finish what was queued before Close: it was promised an answer.
+			for {
+				select {
+				case o := <-s.ops:
+					s.commit([]*op{o})
+				default:
+					return
+				}
+			}
+		}
+	drain:
+		for len(batch) < s.opts.MaxBatch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// errReplay aborts a shared transaction whose operation failed after writing.
+var errReplay = errors.New("store: operation failed after writing; replaying alone")
+
+// commit runs batch in one transaction and answers every op after the commit.
+func (s *Store) commit(batch []*op) {
+	start := time.Now()
+	results := make([]error, len(batch))
+	err := s.db.Update(func(btx *bolt.Tx) error {
+		now := s.now().UTC()
+		for i, o := range batch {
+			if err := o.ctx.Err(); err != nil {
+				results[i] = err
+				continue
+			}
+			t := &Tx{tx: btx, now: now}
+			err := runOp(o.fn, t)
+			if err != nil && t.dirty {
+				return errReplay
+			}
+			results[i] = err
+		}
+		return nil
+	})
+	if errors.Is(err, errReplay) {
+		// Rare: replay each op in a transaction of its own so that the
+		// failing one rolls back alone.
+		for _, o := range batch {
+			s.commit1(o)
+		}
+		return
+	}
+	if s.opts.OnCommit != nil {
+		s.opts.OnCommit(len(batch), time.Since(start))
+	}
+	for i, o := range batch {
+		if err != nil && results[i] == nil {
+			results[i] = fmt.Errorf("commit: %w", err)
+		}
+		o.done <- results[i]
+	}
+}
+
+func (s *Store) commit1(o *op) {
+	if err := o.ctx.Err(); err != nil {
+		o.done <- err
+		return
+	}
+	var result error
+	err := s.db.Update(func(btx *bolt.Tx) error {
+		result = runOp(o.fn, &Tx{tx: btx, now: s.now().UTC()})
+		return result
+	})
+	if result == nil && err != nil {
+		result = fmt.Errorf("commit: %w", err)
+	}
+	o.done <- result
+}
+
+// runOp turns a panic in an operation into an error so that one bad request
+// cannot take the committer (and every waiter) down.
+func runOp(fn func(*Tx) error, t *Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			t.dirty = true // be safe: replay alone
+			err = fmt.Errorf("store: operation panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return fn(t)
+}
+
+// view runs fn in a read transaction.
+func (s *Store) view(fn func(*Tx) error) error {
+	return s.db.View(func(btx *bolt.Tx) error {
+		return fn(&Tx{tx: btx, now: s.now().UTC()})
+	})
+}
+
+// get decodes the value at key into v; it reports whether the key exists.
+func (t *Tx) get(bucket, key []byte, v any) (bool, error) {
+	data := t.tx.Bucket(bucket).Get(key)
+	if data == nil {
+		return false, nil
+	}
+	// json.Unmarshal copies: nothing returned aliases the mmap.
+	if err := json.Unmarshal(data, v); err != nil {
+		return true, fmt.Errorf("decode %s/%s: %w", bucket, key, err)
+	}
+	return true, nil
+}
+
+func (t *Tx) put(bucket, key []byte, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s/%s: %w", bucket, key, err)
+	}
+	t.dirty = true
+	return t.tx.Bucket(bucket).Put(key, data)
+}
+
+func (t *Tx) putRaw(bucket, key, value []byte) error {
+	t.dirty = true
+	return t.tx.Bucket(bucket).Put(key, value)
+}
+
+func (t *Tx) getRaw(bucket, key []byte) []byte {
+	v := t.tx.Bucket(bucket).Get(key)
+	if v == nil {
+		return nil
+	}
+	return append([]byte(nil), v...)
+}
+
+func (t *Tx) del(bucket, key []byte) error {
+	t.dirty = true
+	return t.tx.Bucket(bucket).Delete(key)
+}
+
+func (t *Tx) nextSeq(bucket []byte) (uint64, error) {
+	t.dirty = true
+	return t.tx.Bucket(bucket).NextSequence()
+}
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}

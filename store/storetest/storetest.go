@@ -1,0 +1,35 @@
+// Package storetest makes throw-away stores for tests.
+package storetest
+
+import (
+	"path/filepath"
+	"testing"
+
+	"rackd/store"
+)
+
+// New opens a store on a fresh file in t.TempDir(). When the test ends it
+// checks the store's invariants (a violation fails the test) and closes it.
+func New(t testing.TB, opts ...func(*store.Options)) *store.Store {
+	t.Helper()
+	var o store.Options
+	for _, f := range opts {
+		f(&o)
+	}
+	s, err := store.Open(filepath.Join(t.TempDir(), store.FileName), o)
+	if err != nil {
+		t.Fatalf("storetest: open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Check(); err != nil {
+			t.Errorf("storetest: invariants broken at the end of the test:\n%v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("storetest: close: %v", err)
+		}
+	})
+	return s
+}
+
+// Admin is an admin actor for tests.
+var Admin = store.Actor{Name: "admin", Admin: true}

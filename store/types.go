@@ -1,0 +1,77 @@
+package store
+
+import "time"
+
+// PowerParams say how to reach a machine's BMC. Username and Password are
+// secrets: they are stored but never leave through the API.
+type PowerParams struct {
+	Driver   string `json:"driver,omitempty"`
+	Address  string `json:"address,omitempty"`
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+}
+
+// Machine is one server of the rack.
+type Machine struct {
+	ID       string   `json:"id"`
+	Hostname string   `json:"hostname"`
+	State    State    `json:"state"`
+	Arch     string   `json:"arch"`
+	MACs     []string `json:"macs"`
+	CPUCount int      `json:"cpu_count"`
+	MemoryMB int      `json:"memory_mb"`
+	Tags     []string `json:"tags,omitempty"`
+	Zone     string   `json:"zone,omitempty"`
+	// Owner and AgentName mirror the machine's allocation record; both are
+	// written in the same transaction as that record and Check verifies it.
+	Owner     string      `json:"owner,omitempty"`
+	AgentName string      `json:"agent_name,omitempty"`
+	Power     PowerParams `json:"power"`
+	// Commissioned records that the hardware is known, which decides where
+	// mark-fixed leads.
+	Commissioned bool      `json:"commissioned"`
+	StateSince   time.Time `json:"state_since"`
+	Created      time.Time `json:"created"`
+	Updated      time.Time `json:"updated"`
+}
+
+// Allocation is a machine held by a user on behalf of an agent. The token is
+// kept only as a hash: whoever shows the token may adopt the allocation.
+type Allocation struct {
+	MachineID string    `json:"machine_id"`
+	Owner     string    `json:"owner"`
+	AgentName string    `json:"agent_name"`
+	TokenHash string    `json:"token_hash"`
+	Created   time.Time `json:"created"`
+}
+
+// User is an API user. The token is kept only as a hash.
+type User struct {
+	Name      string    `json:"name"`
+	Admin     bool      `json:"admin"`
+	TokenHash string    `json:"token_hash"`
+	Created   time.Time `json:"created"`
+}
+
+// Event is one line of a machine's history: who did what, when, from which
+// state to which, and why.
+type Event struct {
+	Seq     uint64    `json:"seq"`
+	Time    time.Time `json:"time"`
+	Machine string    `json:"machine"`
+	Actor   string    `json:"actor"`
+	Action  string    `json:"action"`
+	From    State     `json:"from,omitempty"`
+	To      State     `json:"to,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+}
+
+// Actor names who asked for a change: a user, or rackd itself ("rackd",
+// "rackd/watchdog").
+type Actor struct {
+	Name  string
+	Admin bool
+}
+
+// System is rackd acting on its own behalf.
+var System = Actor{Name: "rackd", Admin: true}
