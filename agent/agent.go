@@ -1,0 +1,244 @@
+// Package agent is rackd's composition root: it reads the configuration,
+// opens the store, serves the HTTP API, /metrics and /healthz, and runs the
+// background loops (lifecycle watchdog, release completion). Domain rules live
+// in package store; the handlers here only translate HTTP to store calls.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"rackd/store"
+)
+
+// Version is rackd's version, set at build time with
+// -ldflags "-X rackd/agent.Version=...".
+var Version = "dev"
+
+// AdminTokenFile is the admin token's name inside the state directory.
+const AdminTokenFile = "admin.token"
+
+// Agent is one running rackd.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *store.Store
+	metrics *metrics
+	// releases carries machines whose release was committed and whose
+	// completion (power off, then READY) is due.
+	releases chan string
+}
+
+// New opens the store under cfg.StateDir and, on a new database, creates the
+// admin user and writes its token to <state dir>/admin.token (mode 0600).
+func New(cfg Config, log *slog.Logger) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create state directory %s: %w", cfg.StateDir, err)
+	}
+	a := &Agent{cfg: cfg, log: log, releases: make(chan string, 1024)}
+	a.metrics = newMetrics(func() *store.Store { return a.store })
+	s, err := store.Open(filepath.Join(cfg.StateDir, store.FileName), store.Options{
+		MaxBatch: cfg.Store.MaxBatch,
+		OnCommit: a.metrics.onCommit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.store = s
+	if err := a.ensureAdmin(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Store gives tests and tools access to the agent's store.
+func (a *Agent) Store() *store.Store { return a.store }
+
+// AdminTokenPath is where the admin token is written.
+func (a *Agent) AdminTokenPath() string { return filepath.Join(a.cfg.StateDir, AdminTokenFile) }
+
+// ensureAdmin creates the first admin on a database without users. The token
+// file is written (and synced) before the user is committed: a crash between
+// the two leaves a stale file that the next start overwrites, never an admin
+// whose token nobody has.
+func (a *Agent) ensureAdmin() error {
+	has, err := a.store.HasUsers()
+	if err != nil {
+		return fmt.Errorf("read users: %w", err)
+	}
+	path := a.AdminTokenPath()
+	if has {
+		if _, err := os.Stat(path); err != nil {
+			a.log.Warn("admin token file is missing; use an existing admin's token to create another admin", "path", path)
+		} else {
+			a.log.Info("admin token", "path", path)
+		}
+		return nil
+	}
+	token := store.NewToken()
+	if err := writeFileAtomic(path, []byte(token+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write admin token: %w", err)
+	}
+	if _, _, err := a.store.CreateUser(context.Background(), store.System, "admin", true, token); err != nil {
+		return fmt.Errorf("create admin user: %w", err)
+	}
+	a.log.Info("created the admin user; its token is in the admin token file", "path", path)
+	return nil
+}
+
+// writeFileAtomic writes data to path through a synced temporary file and a
+// rename, so that path holds either the old content or the new, never half.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
+}
+
+// Serve answers the API on ln and runs the background loops until ctx is
+// done, then shuts down gracefully: requests in flight get
+// api.shutdown_timeout to finish, queued writes are committed, the store is
+// closed. Serve closes the store: an Agent serves once.
+func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: time.Duration(a.cfg.API.ReadTimeout),
+		ReadTimeout:       time.Duration(a.cfg.API.ReadTimeout),
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), time.Duration(a.cfg.API.ShutdownTimeout))
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			a.log.Warn("requests still running at shutdown were cut off", "err", err)
+			srv.Close()
+		}
+		return nil
+	})
+	g.Go(func() error { a.watchdog(gctx); return nil })
+	g.Go(func() error { a.releaser(gctx); return nil })
+	a.log.Info("rackd serving", "url", "http://"+ln.Addr().String(), "version", Version,
+		"state_dir", a.cfg.StateDir, "admin_token", a.AdminTokenPath())
+	err := g.Wait()
+	if cerr := a.store.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
+	}
+	a.log.Info("rackd stopped")
+	return err
+}
+
+// Close releases the store of an agent that never served.
+func (a *Agent) Close() error { return a.store.Close() }
+
+// watchdog fails machines stuck in COMMISSIONING or DEPLOYING and resumes
+// releases that a restart interrupted.
+func (a *Agent) watchdog(ctx context.Context) {
+	t := time.NewTicker(time.Duration(a.cfg.Lifecycle.WatchdogInterval))
+	defer t.Stop()
+	for {
+		a.sweep(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) sweep(ctx context.Context) {
+	expired, err := a.store.Expire(ctx, time.Duration(a.cfg.Lifecycle.CommissioningTimeout),
+		time.Duration(a.cfg.Lifecycle.DeployingTimeout))
+	if err != nil && ctx.Err() == nil {
+		a.log.Error("watchdog", "err", err)
+	}
+	for _, m := range expired {
+		from := store.StateCommissioning
+		if m.State == store.StateFailedDeployment {
+			from = store.StateDeploying
+		}
+		a.metrics.watchdogExpired.WithLabelValues(string(from)).Inc()
+		a.log.Warn("machine timed out", "machine", m.ID, "hostname", m.Hostname, "from", from, "to", m.State)
+	}
+	releasing, err := a.store.ListMachines(store.Filter{State: store.StateReleasing})
+	if err != nil {
+		a.log.Error("list releasing machines", "err", err)
+		return
+	}
+	for _, m := range releasing {
+		select {
+		case a.releases <- m.ID:
+		default: // the releaser is busy; the next sweep tries again
+		}
+	}
+}
+
+// releaser completes releases: RELEASING -> READY. Powering the machine off
+// first belongs to the power queue; until a machine has a power driver there
+// is nothing to wait for.
+func (a *Agent) releaser(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-a.releases:
+			m, err := a.store.CompleteRelease(ctx, id)
+			switch {
+			case err == nil:
+				a.metrics.transitions.WithLabelValues(string(store.ActionReleaseDone)).Inc()
+				a.log.Info("machine released", "machine", m.ID, "hostname", m.Hostname)
+			case store.CodeOf(err) == store.CodeInvalidTransition, store.CodeOf(err) == store.CodeNotFound:
+				// Already completed (a sweep and a release raced) or deleted.
+			case ctx.Err() == nil:
+				a.log.Error("complete release", "machine", id, "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,504 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"rackd/agent/api"
+	"rackd/store"
+)
+
+// access says who may call a route.
+type access int
+
+const (
+	public access = iota // no token
+	user                 // any valid token
+	admin                // an admin's token
+)
+
+// route is one entry of the API. The table is the single source for the mux,
+// the metrics' route labels and the test that keeps docs/API.md true.
+type route struct {
+	pattern string // "METHOD /path" as http.ServeMux reads it
+	access  access
+	handle  func(a *Agent, w http.ResponseWriter, r *http.Request, who store.Actor)
+}
+
+// machineActions are the lifecycle actions a user can ask for by URL.
+var machineActions = map[string]store.Action{
+	"commission":  store.ActionCommission,
+	"deploy":      store.ActionDeploy,
+	"release":     store.ActionRelease,
+	"mark-broken": store.ActionMarkBroken,
+	"mark-fixed":  store.ActionMarkFixed,
+	"retire":      store.ActionRetire,
+}
+
+func routes() []route {
+	return []route{
+		{"GET /healthz", public, (*Agent).health},
+		{"GET /metrics", public, (*Agent).serveMetrics},
+		{"GET /api/v1/version", user, (*Agent).version},
+		{"GET /api/v1/machines", user, (*Agent).listMachines},
+		{"POST /api/v1/machines", admin, (*Agent).createMachine},
+		{"GET /api/v1/machines/{id}", user, (*Agent).getMachine},
+		{"GET /api/v1/machines/{id}/events", user, (*Agent).machineEvents},
+		{"POST /api/v1/machines/{id}/{action}", user, (*Agent).machineAction},
+		{"POST /api/v1/allocations", user, (*Agent).allocate},
+		{"DELETE /api/v1/allocations/{id}", user, (*Agent).release},
+		{"GET /api/v1/users", admin, (*Agent).listUsers},
+		{"POST /api/v1/users", admin, (*Agent).createUser},
+		{"GET /api/v1/backup", admin, (*Agent).backup},
+	}
+}
+
+// Handler is the whole HTTP surface: API, /metrics, /healthz.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, rt := range routes() {
+		mux.Handle(rt.pattern, a.guard(rt))
+	}
+	// Anything else gets a JSON 404/405 rather than the mux's plain text.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return a.instrument(mux)
+}
+
+// guard authenticates and authorises, then calls the route's handler.
+func (a *Agent) guard(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var who store.Actor
+		if rt.access != public {
+			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || token == "" {
+				writeError(w, http.StatusUnauthorized, api.CodeUnauthorized, "missing token: send Authorization: Bearer <token>")
+				return
+			}
+			actor, found, err := a.store.Authenticate(strings.TrimSpace(token))
+			if err != nil {
+				a.internalError(w, r, err)
+				return
+			}
+			if !found {
+				writeError(w, http.StatusUnauthorized, api.CodeUnauthorized, "invalid token")
+				return
+			}
+			if rt.access == admin && !actor.Admin {
+				writeError(w, http.StatusForbidden, api.CodeForbidden, fmt.Sprintf("user %s is not an admin", actor.Name))
+				return
+			}
+			who = actor
+		}
+		rt.handle(a, w, r, who)
+	})
+}
+
+// statusRecorder remembers the status code for the metrics.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// instrument counts and times every request by its route pattern (never by
+// raw path: machine ids would explode the label set).
+func (a *Agent) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		a.metrics.httpInFlight.Inc()
+		defer a.metrics.httpInFlight.Dec()
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		route := r.Pattern // set by the mux on this very request
+		if route == "" || route == "/" {
+			route = "unmatched"
+		}
+		method := r.Method
+		switch method {
+		case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead:
+		default:
+			method = "other"
+		}
+		if rec.code == 0 {
+			rec.code = http.StatusOK
+		}
+		a.metrics.httpRequests.WithLabelValues(method, route, strconv.Itoa(rec.code)).Inc()
+		a.metrics.httpDuration.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, api.Error{Error: msg, Code: code})
+}
+
+// storeError answers a store error: domain refusals with their code and
+// status, anything else as a logged 500.
+func (a *Agent) storeError(w http.ResponseWriter, r *http.Request, err error) {
+	code := store.CodeOf(err)
+	status := map[store.Code]int{
+		store.CodeNotFound:           http.StatusNotFound,
+		store.CodeConflict:           http.StatusConflict,
+		store.CodeInvalidTransition:  http.StatusConflict,
+		store.CodeAllocated:          http.StatusConflict,
+		store.CodeNoAvailableMachine: http.StatusConflict,
+		store.CodeInvalid:            http.StatusBadRequest,
+		store.CodeForbidden:          http.StatusForbidden,
+	}[code]
+	if status == 0 {
+		a.internalError(w, r, err)
+		return
+	}
+	writeError(w, status, string(code), err.Error())
+}
+
+func (a *Agent) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, store.ErrClosed) || errors.Is(err, r.Context().Err()) {
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "rackd is shutting down; retry")
+		return
+	}
+	a.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusInternalServerError, api.CodeInternal, "internal error; the rackd log has the details")
+}
+
+// errBadBody is a request body refusal, already answered.
+var errBadBody = errors.New("bad request body")
+
+// decodeBody reads one JSON object into v, strictly: size-capped, unknown
+// fields refused, nothing after the object. With optional, an empty body
+// leaves v as it is. On failure it answers the request and returns errBadBody.
+func (a *Agent) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeError(w, http.StatusUnsupportedMediaType, api.CodeUnsupportedMedia,
+				fmt.Sprintf("content type %q is not accepted: send application/json", ct))
+			return errBadBody
+		}
+	}
+	body := http.MaxBytesReader(w, r.Body, a.cfg.API.MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		// One object only: trailing data is a client bug worth reporting.
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = errors.New("unexpected data after the JSON object")
+		}
+	}
+	if err == nil || (optional && errors.Is(err, io.EOF)) {
+		return nil
+	}
+	var (
+		maxErr    *http.MaxBytesError
+		syntaxErr *json.SyntaxError
+		typeErr   *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &maxErr):
+		writeError(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge,
+			fmt.Sprintf("request body is larger than %d bytes", maxErr.Limit))
+	case errors.Is(err, io.EOF):
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "request body is empty: send a JSON object")
+	case errors.As(err, &syntaxErr):
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("malformed JSON at byte %d: %v", syntaxErr.Offset, err))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "malformed JSON: the body ends early")
+	case errors.As(err, &typeErr):
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest,
+			fmt.Sprintf("field %q must be %s, not JSON %s", typeErr.Field, typeErr.Type, typeErr.Value))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest,
+			fmt.Sprintf("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field ")))
+	default:
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "invalid request body: "+err.Error())
+	}
+	return errBadBody
+}
+
+// machineView is a machine as the API shows it: credentials left out.
+func machineView(m store.Machine) api.Machine {
+	nonNil := func(s []string) []string {
+		if s == nil {
+			return []string{}
+		}
+		return s
+	}
+	return api.Machine{
+		ID: m.ID, Hostname: m.Hostname, State: string(m.State), Arch: m.Arch,
+		MACs: nonNil(m.MACs), Owner: m.Owner, AgentName: m.AgentName,
+		CPUCount: m.CPUCount, MemoryMB: m.MemoryMB, Tags: nonNil(m.Tags), Zone: m.Zone,
+		IPs: []api.IP{},
+		// Desired and observed power come with the power queue; until then
+		// nothing has been asked or seen.
+		Power:      api.PowerView{Driver: m.Power.Driver, Address: m.Power.Address, Desired: "unknown", Observed: "unknown"},
+		StateSince: m.StateSince, Created: m.Created,
+	}
+}
+
+func (a *Agent) health(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	// A read transaction proves the database answers.
+	if _, err := a.store.HasUsers(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "database unavailable: " + err.Error(), Version: Version})
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: Version})
+}
+
+func (a *Agent) serveMetrics(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	a.metrics.handler().ServeHTTP(w, r)
+}
+
+func (a *Agent) version(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	writeJSON(w, http.StatusOK, api.Version{Version: Version, Schema: store.SchemaVersion})
+}
+
+func (a *Agent) listMachines(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	q := r.URL.Query()
+	f := store.Filter{State: store.State(strings.ToUpper(q.Get("state"))), Owner: q.Get("owner"), AgentName: q.Get("agent_name")}
+	if f.State != "" && !f.State.Valid() {
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("unknown state %q", q.Get("state")))
+		return
+	}
+	ms, err := a.store.ListMachines(f)
+	if err != nil {
+		a.internalError(w, r, err)
+		return
+	}
+	out := make([]api.Machine, len(ms))
+	for i, m := range ms {
+		out[i] = machineView(m)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *Agent) createMachine(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	var req api.CreateMachine
+	if a.decodeBody(w, r, &req, false) != nil {
+		return
+	}
+	nm := store.NewMachine{Hostname: req.Hostname, Arch: req.Arch, MACs: req.MACs,
+		CPUCount: req.CPUCount, MemoryMB: req.MemoryMB, Tags: req.Tags, Zone: req.Zone,
+		State: store.State(strings.ToUpper(req.State))}
+	if req.Power != nil {
+		nm.Power = store.PowerParams(*req.Power)
+	}
+	m, err := a.store.CreateMachine(r.Context(), who, nm)
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	a.log.Info("machine created", "machine", m.ID, "hostname", m.Hostname, "state", m.State, "by", who.Name)
+	writeJSON(w, http.StatusCreated, machineView(m))
+}
+
+func (a *Agent) getMachine(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	m, err := a.store.Machine(r.PathValue("id"))
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, machineView(m))
+}
+
+func (a *Agent) machineEvents(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	limit := 0
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("limit %q is not a non-negative number", s))
+			return
+		}
+		limit = n
+	}
+	evs, err := a.store.Events(r.PathValue("id"), limit)
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	out := make([]api.Event, len(evs))
+	for i, e := range evs {
+		out[i] = api.Event{Seq: e.Seq, Time: e.Time, Machine: e.Machine, Actor: e.Actor,
+			Action: e.Action, From: string(e.From), To: string(e.To), Reason: e.Reason}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *Agent) machineAction(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	name := r.PathValue("action")
+	action, ok := machineActions[name]
+	if !ok {
+		writeError(w, http.StatusNotFound, api.CodeNotFound,
+			fmt.Sprintf("unknown machine action %q: want commission, deploy, release, mark-broken, mark-fixed or retire", name))
+		return
+	}
+	var req api.ActionRequest
+	if a.decodeBody(w, r, &req, true) != nil {
+		return
+	}
+	if req.Image != "" && action != store.ActionDeploy {
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "image is only meaningful for deploy")
+		return
+	}
+	m, err := a.store.Transition(r.Context(), who, store.TransitionRequest{
+		Machine: r.PathValue("id"), Action: action, Reason: req.Reason, Image: req.Image})
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	a.transitioned(m, action, who)
+	writeJSON(w, http.StatusOK, machineView(m))
+}
+
+// transitioned does what follows a committed transition: metrics, log, and
+// handing releases to the releaser.
+func (a *Agent) transitioned(m store.Machine, action store.Action, who store.Actor) {
+	a.metrics.transitions.WithLabelValues(string(action)).Inc()
+	a.log.Info("machine transition", "machine", m.ID, "hostname", m.Hostname, "action", action, "state", m.State, "by", who.Name)
+	if m.State == store.StateReleasing {
+		select {
+		case a.releases <- m.ID:
+		default: // full: the watchdog's sweep picks it up
+		}
+	}
+}
+
+func (a *Agent) allocate(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	var req api.AllocateRequest
+	if a.decodeBody(w, r, &req, true) != nil {
+		return
+	}
+	sreq := store.AllocateRequest{Name: req.Name, AgentName: req.AgentName, Token: req.Token}
+	if c := req.Constraints; c != nil {
+		if c.MinCPU < 0 || c.MinMemoryMB < 0 {
+			writeError(w, http.StatusBadRequest, api.CodeBadRequest, "min_cpu and min_memory_mb cannot be negative")
+			return
+		}
+		sreq.Constraints = store.Constraints{Arch: c.Arch, MinCPU: c.MinCPU, MinMemoryMB: c.MinMemoryMB, Tags: c.Tags, Zone: c.Zone}
+	}
+	if req.Token != "" && req.Name == "" {
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "a token adopts one machine: give its name too")
+		return
+	}
+	res, err := a.store.Allocate(r.Context(), who, sreq)
+	if err != nil {
+		if c := store.CodeOf(err); c != "" {
+			a.metrics.allocations.WithLabelValues(string(c)).Inc()
+		}
+		a.storeError(w, r, err)
+		return
+	}
+	status, outcome := http.StatusOK, "unchanged"
+	switch {
+	case res.Created:
+		status, outcome = http.StatusCreated, "created"
+	case res.Adopted:
+		outcome = "adopted"
+	}
+	a.metrics.allocations.WithLabelValues(outcome).Inc()
+	if outcome != "unchanged" {
+		a.metrics.transitions.WithLabelValues(string(store.ActionAllocate)).Inc()
+		a.log.Info("machine "+outcome, "machine", res.Machine.ID, "hostname", res.Machine.Hostname,
+			"owner", res.Machine.Owner, "agent_name", res.Machine.AgentName)
+	}
+	writeJSON(w, status, api.Allocation{Machine: machineView(res.Machine), Token: res.Token})
+}
+
+func (a *Agent) release(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	var req api.ActionRequest
+	if a.decodeBody(w, r, &req, true) != nil {
+		return
+	}
+	m, err := a.store.Release(r.Context(), who, r.PathValue("id"), req.Reason)
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	a.transitioned(m, store.ActionRelease, who)
+	writeJSON(w, http.StatusOK, machineView(m))
+}
+
+func userView(u store.User, token string) api.User {
+	return api.User{Name: u.Name, Admin: u.Admin, Token: token, Created: u.Created}
+}
+
+func (a *Agent) listUsers(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	us, err := a.store.Users()
+	if err != nil {
+		a.internalError(w, r, err)
+		return
+	}
+	out := make([]api.User, len(us))
+	for i, u := range us {
+		out[i] = userView(u, "")
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *Agent) createUser(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	var req api.CreateUser
+	if a.decodeBody(w, r, &req, false) != nil {
+		return
+	}
+	u, token, err := a.store.CreateUser(r.Context(), who, req.Name, req.Admin, "")
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	a.log.Info("user created", "user", u.Name, "admin", u.Admin, "by", who.Name)
+	writeJSON(w, http.StatusCreated, userView(u, token))
+}
+
+// backup streams a consistent copy of the database. Writers keep going while
+// it runs: it is one read transaction.
+func (a *Agent) backup(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	started := false
+	n, err := a.store.WriteBackup(func(size int64) io.Writer {
+		started = true
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="rackd.db"`)
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		return w
+	})
+	if err != nil && !started {
+		a.internalError(w, r, err)
+		return
+	}
+	if err != nil {
+		// Headers are gone; cutting the stream short makes the client see a
+		// length mismatch rather than accept a partial copy.
+		a.log.Error("backup failed mid-stream", "err", err, "written", n)
+		panic(http.ErrAbortHandler)
+	}
+	a.log.Info("backup sent", "bytes", n, "by", who.Name)
+}

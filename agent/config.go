@@ -1,0 +1,137 @@
+package agent
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// DefaultConfigTOML is the documented default configuration; it is what rackd
+// runs with when no file is given.
+//
+//go:embed default.toml
+var DefaultConfigTOML string
+
+// Duration is a time.Duration written as "30s" or "1h30m" in the config file.
+type Duration time.Duration
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (want e.g. \"30s\" or \"1h30m\")", b)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// Config is rackd's configuration; default.toml documents every field.
+type Config struct {
+	Listen    string `toml:"listen"`
+	StateDir  string `toml:"state_dir"`
+	LogLevel  string `toml:"log_level"`
+	LogFormat string `toml:"log_format"`
+	API       struct {
+		MaxBodyBytes    int64    `toml:"max_body_bytes"`
+		ReadTimeout     Duration `toml:"read_timeout"`
+		ShutdownTimeout Duration `toml:"shutdown_timeout"`
+	} `toml:"api"`
+	Lifecycle struct {
+		CommissioningTimeout Duration `toml:"commissioning_timeout"`
+		DeployingTimeout     Duration `toml:"deploying_timeout"`
+		WatchdogInterval     Duration `toml:"watchdog_interval"`
+	} `toml:"lifecycle"`
+	Store struct {
+		MaxBatch int `toml:"max_batch"`
+	} `toml:"store"`
+}
+
+// DefaultConfig returns the embedded defaults.
+func DefaultConfig() Config {
+	var c Config
+	if err := decodeConfig(DefaultConfigTOML, &c); err != nil {
+		panic("agent: embedded default.toml is invalid: " + err.Error())
+	}
+	return c
+}
+
+// LoadConfig returns the defaults overlaid with the file at path (if path is
+// not empty) and then with the RACKD_* environment variables.
+func LoadConfig(path string, getenv func(string) string) (Config, error) {
+	c := DefaultConfig()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("read config: %w", err)
+		}
+		if err := decodeConfig(string(data), &c); err != nil {
+			return c, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	for env, field := range map[string]*string{
+		"RACKD_LISTEN": &c.Listen, "RACKD_STATE_DIR": &c.StateDir,
+		"RACKD_LOG_LEVEL": &c.LogLevel, "RACKD_LOG_FORMAT": &c.LogFormat,
+	} {
+		if v := getenv(env); v != "" {
+			*field = v
+		}
+	}
+	return c, nil
+}
+
+func decodeConfig(text string, c *Config) error {
+	md, err := toml.Decode(text, c)
+	if err != nil {
+		return err
+	}
+	if keys := md.Undecoded(); len(keys) > 0 {
+		names := make([]string, len(keys))
+		for i, k := range keys {
+			names[i] = k.String()
+		}
+		return fmt.Errorf("unknown setting(s): %s", strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// Validate says what is wrong with c, all at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Listen == "" {
+		errs = append(errs, errors.New("listen is empty"))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("state_dir is empty"))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel))
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log_format %q: want text or json", c.LogFormat))
+	}
+	if c.API.MaxBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("api.max_body_bytes %d is too small (at least 1024)", c.API.MaxBodyBytes))
+	}
+	if c.Lifecycle.WatchdogInterval < Duration(time.Second) {
+		errs = append(errs, errors.New("lifecycle.watchdog_interval must be at least 1s"))
+	}
+	if c.Store.MaxBatch < 1 {
+		errs = append(errs, errors.New("store.max_batch must be at least 1"))
+	}
+	return errors.Join(errs...)
+}

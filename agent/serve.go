@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"syscall"
+)
+
+// ServeCommand is `rackd serve [--config FILE] [--state-dir DIR] [--listen
+// HOST:PORT] [--log-level L] [--log-format F]`: it runs rackd until ctx is
+// done. Flags override the environment, which overrides the file, which
+// overrides the defaults.
+func ServeCommand(ctx context.Context, args []string) error {
+	return serve(ctx, args, os.Stderr, os.Getenv)
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("rackd serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", getenv("RACKD_CONFIG"), "configuration file (TOML; see `rackd serve --print-default-config`)")
+	stateDir := fs.String("state-dir", "", "directory for the database and the admin token (default /var/lib/rackd)")
+	listen := fs.String("listen", "", "HOST:PORT of the HTTP API (default 127.0.0.1:5240)")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "", "text or json")
+	printDefault := fs.Bool("print-default-config", false, "print the documented default configuration and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("rackd serve takes no arguments, got %q", fs.Args())
+	}
+	if *printDefault {
+		_, err := io.WriteString(os.Stdout, DefaultConfigTOML)
+		return err
+	}
+	cfg, err := LoadConfig(*configPath, getenv)
+	if err != nil {
+		return err
+	}
+	for flagValue, field := range map[*string]*string{stateDir: &cfg.StateDir, listen: &cfg.Listen,
+		logLevel: &cfg.LogLevel, logFormat: &cfg.LogFormat} {
+		if *flagValue != "" {
+			*field = *flagValue
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	log := newLogger(cfg, stderr)
+	a, err := New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		a.Close()
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("cannot listen on %s: the address is already in use (another rackd? choose another with --listen): %w", cfg.Listen, err)
+		}
+		return fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err)
+	}
+	return a.Serve(ctx, ln)
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	level.UnmarshalText([]byte(cfg.LogLevel)) // validated already
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
