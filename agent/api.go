@@ -428,7 +428,7 @@ func (a *Agent) allocate(w http.ResponseWriter, r *http.Request, who store.Actor
 	a.metrics.allocations.WithLabelValues(outcome).Inc()
 	if outcome != "unchanged" {
 		a.metrics.transitions.WithLabelValues(string(store.ActionAllocate)).Inc()
-		a.log.Info("machine "+outcome, "machine", res.Machine.ID, "hostname", res.Machine.Hostname,
+		a.log.Info(map[string]string{"created": "machine allocated", "adopted": "allocation adopted"}[outcome], "machine", res.Machine.ID, "hostname", res.Machine.Hostname,
 			"owner", res.Machine.Owner, "agent_name", res.Machine.AgentName)
 	}
 	writeJSON(w, status, api.Allocation{Machine: machineView(res.Machine), Token: res.Token})

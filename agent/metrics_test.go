@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"rackd/agent/api"
+)
+
+// requirePeer finds a real peer program. Where the tests are expected to have
+// every peer (CI, or root, which `make test` provisions) a missing one fails
+// the test; elsewhere it skips with the reason.
+func requirePeer(t *testing.T, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if os.Getenv("CI") != "" || os.Geteuid() == 0 {
+		t.Fatalf("%s not found: `make test-deps` installs it", name)
+	}
+	t.Skipf("%s not found and not root: run `make test-deps` as root to install it", name)
+	return ""
+}
+
+func scrape(t *testing.T, ta *testAgent) string {
+	t.Helper()
+	resp, err := http.Get(ta.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("/metrics: %d", resp.StatusCode)
+	}
+	return string(body)
+}
+
+// TestMetrics checks the series a dashboard relies on, and lints the whole
+// exposition with Prometheus' promtool.
+func TestMetrics(t *testing.T) {
+	promtool := requirePeer(t, "promtool")
+	ta := startAgent(t)
+	ta.addMachine(t, readyMachine(1))
+	bob := ta.addUser(t, "bob", false)
+	ta.call(t, bob, "POST", "/api/v1/allocations", api.AllocateRequest{AgentName: "x"}, nil)
+	ta.call(t, bob, "POST", "/api/v1/allocations", api.AllocateRequest{AgentName: "x"}, nil)
+	ta.call(t, "", "GET", "/api/v1/machines", nil, nil)
+	ta.call(t, ta.admin, "GET", "/api/v1/machines/m-nosuch", nil, nil)
+	text := scrape(t, ta)
+	for _, want := range []string{
+		`rackd_http_requests_total{code="201",method="POST",route="POST /api/v1/allocations"} 1`,
+		`rackd_http_requests_total{code="409",method="POST",route="POST /api/v1/allocations"} 1`,
+		`rackd_http_requests_total{code="401",method="GET",route="GET /api/v1/machines"} 1`,
+		`rackd_http_requests_total{code="404",method="GET",route="GET /api/v1/machines/{id}"} 1`,
+		`rackd_http_request_duration_seconds_bucket{method="POST",route="POST /api/v1/allocations",le="+Inf"} 2`,
+		`rackd_allocation_requests_total{outcome="created"} 1`,
+		`rackd_allocation_requests_total{outcome="no_available_machine"} 1`,
+		`rackd_machines{state="ALLOCATED"} 1`,
+		`rackd_machines{state="READY"} 0`,
+		`rackd_build_info{`,
+		`rackd_store_commits_total`,
+		`rackd_process_resident_memory_bytes`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// No series may be labelled with a raw path (ids would explode the set).
+	if strings.Contains(text, "m-nosuch") {
+		t.Errorf("a raw path leaked into a label")
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out.String())
+	}
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs, and nothing when it is already there.
+set -euo pipefail
+
+need=()
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)   # promtool lints /metrics
+command -v gcc >/dev/null 2>&1 || need+=(gcc)                # go test -race needs cgo
+
+if [ ${#need[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	echo "test-deps: missing ${need[*]}; run as root (or: sudo apt-get install ${need[*]})" >&2
+	exit 1
+fi
+echo "test-deps: installing ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# The prometheus package would start a Prometheus server from its postinst;
+# we want only promtool, so deny service starts for the length of the install.
+policy=/usr/sbin/policy-rc.d
+made_policy=0
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\nexit 101\n' >"$policy"
+	chmod +x "$policy"
+	made_policy=1
+fi
+trap '[ "$made_policy" = 1 ] && rm -f "$policy"' EXIT
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
