@@ -23,17 +23,20 @@ func ServeCommand(ctx context.Context, args []string) error {
 func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("rackd serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", getenv("RACKD_CONFIG"), "configuration file (TOML; see `rackd serve --print-default-config`)")
+	configPath := fs.String("config", getenv("RACKD_CONFIG"), "configuration `FILE` (TOML; --print-default-config shows every setting)")
 	stateDir := fs.String("state-dir", "", "directory for the database and the admin token (default /var/lib/rackd)")
 	listen := fs.String("listen", "", "HOST:PORT of the HTTP API (default 127.0.0.1:5240)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "", "text or json")
 	printDefault := fs.Bool("print-default-config", false, "print the documented default configuration and exit")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err} // the flag package has printed it with the usage
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("rackd serve takes no arguments, got %q", fs.Args())
+		return usageError{fmt.Errorf("rackd serve takes no arguments, got %q", fs.Args())}
 	}
 	if *printDefault {
 		_, err := io.WriteString(os.Stdout, DefaultConfigTOML)
@@ -77,3 +80,8 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
 }
+
+// usageError is a command-line mistake: the CLI exits 2 for it.
+type usageError struct{ error }
+
+func (usageError) ExitCode() int { return 2 }

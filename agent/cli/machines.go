@@ -1,0 +1,258 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"rackd/agent/api"
+	"rackd/agent/client"
+)
+
+// recentEvents is how many events `machines show` prints; `machines events`
+// prints them all.
+const recentEvents = 10
+
+// capture returns a context under which the next API answer is kept verbatim
+// for --json.
+func (e *env) capture() (context.Context, *json.RawMessage) {
+	raw := new(json.RawMessage)
+	return client.CaptureRaw(e.ctx, raw), raw
+}
+
+func machinesGroup() *group {
+	g := &group{name: "machines", summary: "Enlist machines, look at them and move them through their lifecycle."}
+	g.verbs = []*verb{
+		machinesListVerb(), machinesShowVerb(), machinesEventsVerb(), machinesAddVerb(),
+	}
+	for _, a := range client.MachineActions {
+		g.verbs = append(g.verbs, machineActionVerb(a))
+	}
+	for _, v := range g.verbs {
+		v.group = g.name
+	}
+	return g
+}
+
+func machinesListVerb() *verb {
+	return &verb{
+		name:     "list",
+		synopsis: "[--state S] [--owner U] [--agent-name A]",
+		summary:  "list machines",
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			var f client.MachineFilter
+			fs.StringVar(&f.State, "state", "", "only machines in `STATE` (NEW, READY, DEPLOYED, ...)")
+			fs.StringVar(&f.Owner, "owner", "", "only machines allocated to `USER`")
+			fs.StringVar(&f.AgentName, "agent-name", "", "only machines allocated under `NAME`")
+			return func(e *env, _ []string) error {
+				f.State = strings.ToUpper(f.State)
+				c, err := e.client()
+				if err != nil {
+					return err
+				}
+				ctx, raw := e.capture()
+				ms, err := c.ListMachines(ctx, f)
+				if err != nil {
+					return err
+				}
+				if e.json() {
+					return printJSON(e.stdout, *raw)
+				}
+				return printMachines(e.stdout, ms)
+			}
+		},
+	}
+}
+
+func machinesShowVerb() *verb {
+	return &verb{
+		name:    "show",
+		args:    []string{"ID"},
+		summary: "show a machine and its recent events",
+		help: `ID is the machine's id or hostname. With --json only the machine is
+printed; rackd machines events ID --json prints its history.`,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			return func(e *env, args []string) error {
+				c, err := e.client()
+				if err != nil {
+					return err
+				}
+				ctx, raw := e.capture()
+				m, err := c.GetMachine(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if e.json() {
+					return printJSON(e.stdout, *raw)
+				}
+				// Ask for the events by id: the hostname could have been
+				// reused by another machine in between.
+				evs, evErr := c.MachineEvents(e.ctx, m.ID)
+				if err := printMachine(e.stdout, m); err != nil {
+					return err
+				}
+				if evErr != nil {
+					return fmt.Errorf("listing the events of %s: %w", m.Hostname, evErr)
+				}
+				if len(evs) > recentEvents {
+					fmt.Fprintf(e.stdout, "\nLast %d of %d events (rackd machines events %s for all):\n", recentEvents, len(evs), m.Hostname)
+					evs = evs[len(evs)-recentEvents:]
+				} else {
+					fmt.Fprint(e.stdout, "\nEvents:\n")
+				}
+				return printEvents(e.stdout, evs)
+			}
+		},
+	}
+}
+
+func machinesEventsVerb() *verb {
+	return &verb{
+		name:    "events",
+		args:    []string{"ID"},
+		summary: "list a machine's history, oldest first",
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			return func(e *env, args []string) error {
+				c, err := e.client()
+				if err != nil {
+					return err
+				}
+				ctx, raw := e.capture()
+				evs, err := c.MachineEvents(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if e.json() {
+					return printJSON(e.stdout, *raw)
+				}
+				return printEvents(e.stdout, evs)
+			}
+		},
+	}
+}
+
+// addStates are the states a machine may be created in: NEW goes through
+// commissioning, READY skips it (hardware already known), DEPLOYED adopts a
+// running machine.
+var addStates = []string{"NEW", "READY", "DEPLOYED"}
+
+func machinesAddVerb() *verb {
+	return &verb{
+		name:     "add",
+		synopsis: "--hostname H --arch A --mac M [--mac M ...] [flags]",
+		summary:  "enlist a machine by hand (admin)",
+		help: `The BMC password may be given in the environment variable
+RACKD_POWER_PASSWORD instead of --power-password, so that it does not show
+in the process list or the shell history.`,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			var req api.CreateMachine
+			var macs, tags stringList
+			var p api.PowerParams
+			fs.StringVar(&req.Hostname, "hostname", "", "the machine's `HOSTNAME` (required)")
+			fs.StringVar(&req.Arch, "arch", "", "`ARCH`: amd64, arm64, ... (required)")
+			fs.Var(&macs, "mac", "`MAC` address of an interface (required, repeatable)")
+			fs.IntVar(&req.CPUCount, "cpu", 0, "`N` CPU threads")
+			fs.IntVar(&req.MemoryMB, "memory-mb", 0, "memory in `MiB`")
+			fs.Var(&tags, "tag", "`TAG` for allocation constraints (repeatable)")
+			fs.StringVar(&req.Zone, "zone", "", "`ZONE` for allocation constraints")
+			fs.StringVar(&req.State, "state", "", "initial `STATE`: NEW (default), READY (skip commissioning) or DEPLOYED (adopt a running machine)")
+			fs.StringVar(&p.Driver, "power-driver", "", "power `DRIVER`, e.g. ipmi")
+			fs.StringVar(&p.Address, "power-address", "", "BMC `HOST:PORT`")
+			fs.StringVar(&p.Username, "power-user", "", "BMC `USER`")
+			fs.StringVar(&p.Password, "power-password", "", "BMC `PASSWORD` (better: env RACKD_POWER_PASSWORD)")
+			return func(e *env, _ []string) error {
+				switch {
+				case req.Hostname == "":
+					return usagef("--hostname is required")
+				case req.Arch == "":
+					return usagef("--arch is required")
+				case len(macs) == 0:
+					return usagef("at least one --mac is required")
+				case req.CPUCount < 0:
+					return usagef("--cpu must not be negative")
+				case req.MemoryMB < 0:
+					return usagef("--memory-mb must not be negative")
+				}
+				req.MACs, req.Tags = macs, tags
+				if req.State != "" {
+					req.State = strings.ToUpper(req.State)
+					if !slices.Contains(addStates, req.State) {
+						return usagef("--state must be one of %s", strings.Join(addStates, ", "))
+					}
+				}
+				if p.Driver == "" {
+					if p.Address != "" || p.Username != "" || p.Password != "" {
+						return usagef("--power-address, --power-user and --power-password need --power-driver")
+					}
+				} else {
+					if p.Password == "" {
+						p.Password = os.Getenv("RACKD_POWER_PASSWORD")
+					}
+					req.Power = &p
+				}
+				c, err := e.client()
+				if err != nil {
+					return err
+				}
+				ctx, raw := e.capture()
+				m, err := c.CreateMachine(ctx, req)
+				if err != nil {
+					return err
+				}
+				if e.json() {
+					return printJSON(e.stdout, *raw)
+				}
+				return printMachines(e.stdout, []api.Machine{m})
+			}
+		},
+	}
+}
+
+var actionSummaries = map[string]string{
+	"commission":  "commission a machine: boot it to inventory its hardware",
+	"deploy":      "deploy an allocated machine",
+	"release":     "release a machine back to READY (power off)",
+	"mark-broken": "mark a machine broken, for a human to debug",
+	"mark-fixed":  "mark a broken machine fixed",
+	"retire":      "retire an idle machine for good",
+}
+
+func machineActionVerb(action string) *verb {
+	v := &verb{
+		name:     action,
+		args:     []string{"ID"},
+		synopsis: "[--reason R]",
+		summary:  actionSummaries[action],
+		help:     "ID is the machine's id or hostname. The reason is kept in the machine's events.",
+	}
+	if action == "deploy" {
+		v.synopsis = "[--image I] [--reason R]"
+	}
+	v.setup = func(fs *flag.FlagSet) func(*env, []string) error {
+		var req api.ActionRequest
+		fs.StringVar(&req.Reason, "reason", "", "why, for the machine's events")
+		if action == "deploy" {
+			fs.StringVar(&req.Image, "image", "", "`IMAGE` to deploy (default: the server's)")
+		}
+		return func(e *env, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			ctx, raw := e.capture()
+			m, err := c.MachineAction(ctx, args[0], action, req)
+			if err != nil {
+				return err
+			}
+			if e.json() {
+				return printJSON(e.stdout, *raw)
+			}
+			return printMachines(e.stdout, []api.Machine{m})
+		}
+	}
+	return v
+}

@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"rackd/agent/api"
+)
+
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// printJSON prints an API answer indented. raw is what the server sent, so
+// that fields newer than this CLI are kept.
+func printJSON(w io.Writer, raw []byte) error {
+	var buf bytes.Buffer
+	// Trimmed: the server ends its body with a newline, which Indent keeps.
+	if err := json.Indent(&buf, bytes.TrimSpace(raw), "", "  "); err != nil {
+		return fmt.Errorf("printing the answer: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// marshalJSON prints a value the CLI built itself (version, backup).
+func marshalJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// cell makes a value safe for a table cell: empty becomes "-", and control
+// characters (tabs would break the columns; escape sequences in a reason or
+// tag could drive the terminal) become '?'.
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+func cells(ss []string) string {
+	if len(ss) == 0 {
+		return "-"
+	}
+	return cell(strings.Join(ss, ","))
+}
+
+// mem prints a memory size in MiB compactly: 16384 → 16G, 1536 → 1536M.
+func mem(mb int) string {
+	switch {
+	case mb <= 0:
+		return "-"
+	case mb%1024 == 0:
+		return strconv.Itoa(mb/1024) + "G"
+	default:
+		return strconv.Itoa(mb) + "M"
+	}
+}
+
+func count(n int) string {
+	if n <= 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
+}
+
+const machineHeader = "ID\tHOSTNAME\tSTATE\tARCH\tCPU\tMEM\tOWNER\tAGENT\tTAGS"
+
+func machineRow(m api.Machine) string {
+	return strings.Join([]string{cell(m.ID), cell(m.Hostname), cell(m.State), cell(m.Arch),
+		count(m.CPUCount), mem(m.MemoryMB), cell(m.Owner), cell(m.AgentName), cells(m.Tags)}, "\t")
+}
+
+func printMachines(w io.Writer, ms []api.Machine) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, machineHeader)
+	for _, m := range ms {
+		fmt.Fprintln(tw, machineRow(m))
+	}
+	return tw.Flush()
+}
+
+func printMachine(w io.Writer, m api.Machine) error {
+	tw := newTable(w)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("ID", cell(m.ID))
+	row("Hostname", cell(m.Hostname))
+	state := cell(m.State)
+	if !m.StateSince.IsZero() {
+		state += " since " + when(m.StateSince)
+	}
+	row("State", state)
+	row("Arch", cell(m.Arch))
+	row("CPUs", count(m.CPUCount))
+	row("Memory", mem(m.MemoryMB))
+	row("MACs", cells(m.MACs))
+	row("Owner", cell(m.Owner))
+	row("Agent name", cell(m.AgentName))
+	row("Tags", cells(m.Tags))
+	row("Zone", cell(m.Zone))
+	ips := make([]string, 0, len(m.IPs))
+	for _, ip := range m.IPs {
+		ips = append(ips, fmt.Sprintf("%s (%s on %s)", ip.IP, ip.Kind, ip.MAC))
+	}
+	row("IPs", cell(strings.Join(ips, ", ")))
+	power := "-"
+	if m.Power.Driver != "" {
+		power = cell(m.Power.Driver)
+		if m.Power.Address != "" {
+			power += " at " + cell(m.Power.Address)
+		}
+		power += fmt.Sprintf(", desired %s, observed %s", cell(m.Power.Desired), cell(m.Power.Observed))
+	}
+	row("Power", power)
+	row("Created", when(m.Created))
+	return tw.Flush()
+}
+
+func printEvents(w io.Writer, evs []api.Event) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "TIME\tACTOR\tACTION\tFROM\tTO\tREASON")
+	for _, ev := range evs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", when(ev.Time), cell(ev.Actor), cell(ev.Action),
+			cell(ev.From), cell(ev.To), cell(ev.Reason))
+	}
+	return tw.Flush()
+}
+
+func printUsers(w io.Writer, us []api.User) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "NAME\tADMIN\tCREATED")
+	for _, u := range us {
+		admin := "no"
+		if u.Admin {
+			admin = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", cell(u.Name), admin, when(u.Created))
+	}
+	return tw.Flush()
+}
