@@ -114,21 +114,15 @@ func (t *Tx) allocate(actor Actor, req AllocateRequest) (AllocateResult, error) 
 		}
 	} else {
 		found := false
-		err := t.tx.Bucket(bucketHostnames).ForEach(func(_, id []byte) error {
-			if found {
-				return nil
+		c := t.tx.Bucket(bucketFree).Cursor()
+		for _, id := c.First(); id != nil && !found; _, id = c.Next() {
+			var cand Machine
+			if _, err := t.get(bucketMachines, id, &cand); err != nil {
+				return AllocateResult{}, err
 			}
-			var c Machine
-			if _, err := t.get(bucketMachines, id, &c); err != nil {
-				return err
+			if isFree(cand) && req.Constraints.match(cand) {
+				m, found = cand, true
 			}
-			if c.State == StateReady && c.Owner == "" && req.Constraints.match(c) {
-				m, found = c, true
-			}
-			return nil
-		})
-		if err != nil {
-			return AllocateResult{}, err
 		}
 		if !found {
 			return AllocateResult{}, errorf(CodeNoAvailableMachine, "no READY machine matches %s", describe(req.Constraints))
@@ -142,7 +136,7 @@ func (t *Tx) allocate(actor Actor, req AllocateRequest) (AllocateResult, error) 
 		AgentName: req.AgentName, TokenHash: HashToken(token), Created: t.now}); err != nil {
 		return AllocateResult{}, err
 	}
-	if err := t.putMachine(m); err != nil {
+	if err := t.putMachine(&m); err != nil {
 		return AllocateResult{}, err
 	}
 	err := t.addEvent(Event{Machine: m.ID, Actor: actor.Name, Action: string(ActionAllocate),
@@ -173,7 +167,7 @@ func (t *Tx) reuse(actor Actor, req AllocateRequest, m Machine) (AllocateResult,
 		if err := t.put(bucketAllocations, []byte(m.ID), a); err != nil {
 			return AllocateResult{}, err
 		}
-		if err := t.putMachine(m); err != nil {
+		if err := t.putMachine(&m); err != nil {
 			return AllocateResult{}, err
 		}
 		err := t.addEvent(Event{Machine: m.ID, Actor: actor.Name, Action: "adopt",

@@ -11,9 +11,18 @@ import (
 // database, and returns every violation it finds (nil when all hold):
 // indexes point at records that agree with them, every held machine has
 // exactly one allocation and every allocation a held machine, and every token
-// belongs to its user. Tests run it after every scenario; operators can run it
-// after a restore.
+// belongs to its user and every user's token to it. Tests run it after every
+// scenario; operators can run it after a restore.
 func (s *Store) Check() error {
+	// A damaged file makes bbolt panic: that is a finding too.
+	var err error
+	if gerr := guard(func() error { err = s.check(); return nil }); gerr != nil {
+		return gerr
+	}
+	return err
+}
+
+func (s *Store) check() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	err := s.view(func(t *Tx) error {
@@ -71,11 +80,26 @@ func (s *Store) Check() error {
 				return nil
 			})
 		}
+		for id, m := range machines {
+			if got := string(t.getRaw(bucketFree, []byte(m.Hostname))); isFree(m) != (got == id) {
+				bad("machine %s (%s, owner %q): free index says %q", id, m.State, m.Owner, got)
+			}
+		}
+		index(bucketFree, func(m Machine, k string) bool { return m.Hostname == k && isFree(m) })
 		index(bucketHostnames, func(m Machine, k string) bool { return m.Hostname == k })
 		index(bucketMACs, func(m Machine, k string) bool { return slices.Contains(m.MACs, k) })
 		t.tx.Bucket(bucketAllocations).ForEach(func(k, _ []byte) error {
 			if _, ok := machines[string(k)]; !ok {
 				bad("allocation for unknown machine %s", k)
+			}
+			return nil
+		})
+		t.tx.Bucket(bucketUsers).ForEach(func(k, v []byte) error {
+			var u User
+			if err := json.Unmarshal(v, &u); err != nil {
+				bad("user %s: undecodable: %v", k, err)
+			} else if got := string(t.getRaw(bucketTokens, []byte(u.TokenHash))); got != u.Name {
+				bad("user %s: token indexed to %q", k, got)
 			}
 			return nil
 		})

@@ -44,3 +44,6 @@ func CodeOf(err error) Code {
 
 // ErrClosed is returned by operations on a store that has been closed.
 var ErrClosed = errors.New("store: closed")
+
+// ErrReadOnly is returned by writes to a store opened with Options.ReadOnly.
+var ErrReadOnly = errors.New("store: opened read-only")

@@ -148,7 +148,7 @@ func (s *Store) CreateMachine(ctx context.Context, actor Actor, nm NewMachine) (
 				return err
 			}
 		}
-		if err := t.putMachine(m); err != nil {
+		if err := t.putMachine(&m); err != nil {
 			return err
 		}
 		return t.addEvent(Event{Machine: id, Actor: actor.Name, Action: "create", To: m.State})
@@ -156,39 +156,59 @@ func (s *Store) CreateMachine(ctx context.Context, actor Actor, nm NewMachine) (
 	return m, err
 }
 
-// putMachine writes m and its indexes. Callers change hostnames and MACs only
+// putMachine writes m and its indexes, and stamps m.Updated so that what the
+// caller returns is what was stored. Callers change hostnames and MACs only
 // through here, so the indexes cannot drift from the records.
-func (t *Tx) putMachine(m Machine) error {
+func (t *Tx) putMachine(m *Machine) error {
 	var old Machine
 	found, err := t.get(bucketMachines, []byte(m.ID), &old)
 	if err != nil {
 		return err
 	}
-	if found && old.Hostname != m.Hostname {
-		if err := t.del(bucketHostnames, []byte(old.Hostname)); err != nil {
+	if !found || old.Hostname != m.Hostname {
+		if found {
+			if err := t.del(bucketHostnames, []byte(old.Hostname)); err != nil {
+				return err
+			}
+			if err := t.del(bucketFree, []byte(old.Hostname)); err != nil {
+				return err
+			}
+		}
+		if err := t.putRaw(bucketHostnames, []byte(m.Hostname), []byte(m.ID)); err != nil {
 			return err
 		}
 	}
-	if found {
-		for _, mac := range old.MACs {
-			if !slices.Contains(m.MACs, mac) {
-				if err := t.del(bucketMACs, []byte(mac)); err != nil {
-					return err
-				}
+	for _, mac := range old.MACs {
+		if !slices.Contains(m.MACs, mac) {
+			if err := t.del(bucketMACs, []byte(mac)); err != nil {
+				return err
 			}
 		}
 	}
-	if err := t.putRaw(bucketHostnames, []byte(m.Hostname), []byte(m.ID)); err != nil {
-		return err
-	}
 	for _, mac := range m.MACs {
-		if err := t.putRaw(bucketMACs, []byte(mac), []byte(m.ID)); err != nil {
+		if !slices.Contains(old.MACs, mac) {
+			if err := t.putRaw(bucketMACs, []byte(mac), []byte(m.ID)); err != nil {
+				return err
+			}
+		}
+	}
+	if isFree(*m) {
+		if err := t.putRaw(bucketFree, []byte(m.Hostname), []byte(m.ID)); err != nil {
+			return err
+		}
+	} else if found && isFree(old) {
+		if err := t.del(bucketFree, []byte(old.Hostname)); err != nil {
 			return err
 		}
 	}
 	m.Updated = t.now
-	return t.put(bucketMachines, []byte(m.ID), m)
+	return t.put(bucketMachines, []byte(m.ID), *m)
 }
+
+// isFree reports whether allocate-by-constraints may hand m out. The free
+// index holds exactly these machines, so that an allocation looks at
+// candidates only, not at every machine of the rack.
+func isFree(m Machine) bool { return m.State == StateReady && m.Owner == "" }
 
 // machine finds a machine by id or hostname.
 func (t *Tx) machine(idOrName string) (Machine, error) {
@@ -345,7 +365,7 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 		}
 		m.Owner, m.AgentName = "", ""
 	}
-	if err := t.putMachine(m); err != nil {
+	if err := t.putMachine(&m); err != nil {
 		return Machine{}, err
 	}
 	reason := req.Reason

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,7 @@ var (
 	bucketUsers       = []byte("users")       // name -> User
 	bucketTokens      = []byte("tokens")      // token hash -> user name
 	bucketEvents      = []byte("events")      // machine id NUL seq -> Event
+	bucketFree        = []byte("free")        // hostname -> id of READY, unheld machines
 
 	keySchema = []byte("schema_version")
 )
@@ -48,6 +50,23 @@ var migrations = []func(tx *bolt.Tx) error{
 			}
 		}
 		return nil
+	},
+	// 1 -> 2: the free index, so that allocation does not scan every machine.
+	func(tx *bolt.Tx) error {
+		free, err := tx.CreateBucketIfNotExists(bucketFree)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMachines).ForEach(func(k, v []byte) error {
+			var m Machine
+			if err := json.Unmarshal(v, &m); err != nil {
+				return fmt.Errorf("decode machine %s: %w", k, err)
+			}
+			if isFree(m) {
+				return free.Put([]byte(m.Hostname), []byte(m.ID))
+			}
+			return nil
+		})
 	},
 }
 
@@ -108,24 +127,25 @@ func Open(path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("create state directory: %w", err)
 		}
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:      opts.LockTimeout,
-		ReadOnly:     opts.ReadOnly,
-		FreelistType: bolt.FreelistMapType,
-	})
+	db, err := openBolt(path, opts)
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
 		return nil, fmt.Errorf("database %s is locked: another rackd (or a backup) is using this state directory: %w", path, err)
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum),
-		errors.Is(err, bolterrors.ErrVersionMismatch):
-		return nil, fmt.Errorf("database %s is corrupt or not a rackd database (restore it from a backup or move it away): %w", path, err)
+		errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, errCorrupt),
+		// bbolt has no sentinel for a file cut short before its second meta page.
+		err != nil && strings.Contains(err.Error(), "file size too small"):
+		return nil, corrupt(path, err)
 	case err != nil:
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
 	s := &Store{db: db, path: path, opts: opts, now: now,
 		ops: make(chan *op, opts.MaxBatch), stop: make(chan struct{}), stopped: make(chan struct{})}
-	if err := s.migrate(); err != nil {
+	if err := guard(s.migrate); err != nil {
 		db.Close()
+		if errors.Is(err, errCorrupt) {
+			return nil, corrupt(path, err)
+		}
 		return nil, err
 	}
 	if opts.ReadOnly {
@@ -134,6 +154,78 @@ func Open(path string, opts Options) (*Store, error) {
 		go s.commitLoop()
 	}
 	return s, nil
+}
+
+// errCorrupt marks a file that bbolt cannot safely read.
+var errCorrupt = errors.New("damaged file")
+
+func corrupt(path string, err error) error {
+	return fmt.Errorf("database %s is corrupt or not a rackd database (restore it from a backup or move it away): %w", path, err)
+}
+
+// guard runs fn, turning the panics and memory faults with which bbolt meets
+// a damaged file into errCorrupt. A read transaction that panics is rolled
+// back by bbolt on the way out, so the database can still be closed.
+func guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", errCorrupt, r)
+		}
+	}()
+	return fn()
+}
+
+// openBolt is bolt.Open made safe against damaged files. On some of them
+// bbolt panics, or faults on a page past the end of the mapping, instead of
+// failing: a file cut short, a page overwritten (a read-write open walks every
+// page to rebuild the freelist, see NoFreelistSync). guard turns that into
+// errCorrupt and the file is closed again, but the mapping bbolt made cannot
+// be reached: it, and with it the file's lock, stays until the process exits.
+// A file shorter than its meta page says is refused as well, before anything
+// else reads it.
+func openBolt(path string, opts Options) (*bolt.DB, error) {
+	var (
+		file *os.File
+		db   *bolt.DB
+	)
+	err := guard(func() (err error) {
+		db, err = bolt.Open(path, 0o600, &bolt.Options{
+			Timeout:      opts.LockTimeout,
+			ReadOnly:     opts.ReadOnly,
+			FreelistType: bolt.FreelistMapType,
+			OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+				f, err := os.OpenFile(name, flag, perm)
+				file = f
+				return f, err
+			},
+		})
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, errCorrupt) && file != nil {
+			file.Close()
+		}
+		return nil, err
+	}
+	var need, have int64
+	err = db.View(func(tx *bolt.Tx) error {
+		need = tx.Size()
+		fi, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		have = fi.Size()
+		return nil
+	})
+	if err == nil && have < need {
+		err = fmt.Errorf("%w: the file has %d bytes but its pages need %d (truncated?)", errCorrupt, have, need)
+	}
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
 }
 
 // Path is the database file's path.
@@ -225,6 +317,10 @@ type Tx struct {
 // durable (or fn refused). A cancelled ctx stops the operation only if it has
 // not started: once fn has run, its outcome is reported whatever ctx says.
 func (s *Store) update(ctx context.Context, fn func(*Tx) error) error {
+	if s.opts.ReadOnly {
+		// Nobody reads s.ops: queueing would wait forever.
+		return ErrReadOnly
+	}
 	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	select {
 	case <-s.stop:
@@ -238,7 +334,20 @@ func (s *Store) update(ctx context.Context, fn func(*Tx) error) error {
 	case <-s.stop:
 		return ErrClosed
 	}
-	return <-o.done
+	// When Close races with this call, the select above may queue o after the
+	// committer's last look at s.ops. The committer answers every op it took
+	// before it closes s.stopped, so an op still unanswered then never will be.
+	select {
+	case err := <-o.done:
+		return err
+	case <-s.stopped:
+		select {
+		case err := <-o.done:
+			return err
+		default:
+			return ErrClosed
+		}
+	}
 }
 
 func (s *Store) commitLoop() {

@@ -30,6 +30,11 @@ func (s *Store) CreateUser(ctx context.Context, actor Actor, name string, admin 
 		} else if found {
 			return errorf(CodeConflict, "user %q already exists", name)
 		}
+		// A token names one user: indexing it again would hand the first
+		// user's logins to the second.
+		if t.getRaw(bucketTokens, []byte(u.TokenHash)) != nil {
+			return errorf(CodeConflict, "that token is already in use: choose another, or let rackd make one")
+		}
 		u.Created = t.now
 		if err := t.put(bucketUsers, []byte(name), u); err != nil {
 			return err
