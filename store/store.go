@@ -178,8 +178,8 @@ func guard(fn func() error) (err error) {
 
 // openBolt is bolt.Open made safe against damaged files. On some of them
 // bbolt panics, or faults on a page past the end of the mapping, instead of
-// failing: a file cut short, a page overwritten (a read-write open walks every
-// page to rebuild the freelist, see NoFreelistSync). guard turns that into
+// failing: a file cut short, a page overwritten (when the freelist page is
+// damaged bbolt walks every page to rebuild it). guard turns that into
 // errCorrupt and the file is closed again, but the mapping bbolt made cannot
 // be reached: it, and with it the file's lock, stays until the process exits.
 // A file shorter than its meta page says is refused as well, before anything
