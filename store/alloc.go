@@ -132,10 +132,8 @@ func (t *Tx) allocate(actor Actor, req AllocateRequest) (AllocateResult, error) 
 	from := m.State
 	m.State, m.StateSince = StateAllocated, t.now
 	m.Owner, m.AgentName = actor.Name, req.AgentName
-	if err := t.put(bucketAllocations, []byte(m.ID), Allocation{MachineID: m.ID, Owner: actor.Name,
-		AgentName: req.AgentName, TokenHash: HashToken(token), Created: t.now}); err != nil {
-		return AllocateResult{}, err
-	}
+	m.Allocation = &Allocation{Owner: actor.Name, AgentName: req.AgentName,
+		TokenHash: HashToken(token), Created: t.now}
 	if err := t.putMachine(&m); err != nil {
 		return AllocateResult{}, err
 	}
@@ -146,14 +144,10 @@ func (t *Tx) allocate(actor Actor, req AllocateRequest) (AllocateResult, error) 
 
 // reuse handles allocate-by-name of a machine that is already held.
 func (t *Tx) reuse(actor Actor, req AllocateRequest, m Machine) (AllocateResult, error) {
-	var a Allocation
-	found, err := t.get(bucketAllocations, []byte(m.ID), &a)
-	if err != nil {
-		return AllocateResult{}, err
-	}
-	if !found {
+	if m.Allocation == nil {
 		return AllocateResult{}, fmt.Errorf("store: machine %s has owner %q but no allocation record", m.ID, m.Owner)
 	}
+	a := *m.Allocation
 	live := holds(m.State)
 	if req.Token != "" {
 		ok := a.TokenHash != "" && subtle.ConstantTimeCompare([]byte(a.TokenHash), []byte(HashToken(req.Token))) == 1
@@ -163,10 +157,7 @@ func (t *Tx) reuse(actor Actor, req AllocateRequest, m Machine) (AllocateResult,
 		token := NewToken()
 		prevOwner, prevAgent := a.Owner, a.AgentName
 		a.Owner, a.AgentName, a.TokenHash = actor.Name, req.AgentName, HashToken(token)
-		m.Owner, m.AgentName = a.Owner, a.AgentName
-		if err := t.put(bucketAllocations, []byte(m.ID), a); err != nil {
-			return AllocateResult{}, err
-		}
+		m.Owner, m.AgentName, m.Allocation = a.Owner, a.AgentName, &a
 		if err := t.putMachine(&m); err != nil {
 			return AllocateResult{}, err
 		}

@@ -499,8 +499,11 @@ func TestGroupCommit(t *testing.T) {
 		}
 	}
 	const ops = goroutines * perGoroutine
-	if got := committed.Load(); got != ops {
-		t.Errorf("commits carried %d operations, want %d", got, ops)
+	// Every write was carried by a commit; batches of only no-op repeats are
+	// rolled back rather than committed, so they may not be counted.
+	const writes = ops/2 + goroutines
+	if got := committed.Load(); got < writes || got > ops {
+		t.Errorf("commits carried %d operations, want %d..%d", got, writes, ops)
 	}
 	if n := commits.Load(); n >= ops {
 		t.Errorf("%d operations took %d commits: no group commit", ops, n)

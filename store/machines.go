@@ -143,10 +143,8 @@ func (s *Store) CreateMachine(ctx context.Context, actor Actor, nm NewMachine) (
 		}
 		if nm.State == StateDeployed {
 			m.Owner, m.AgentName = actor.Name, nm.AgentName
-			if err := t.put(bucketAllocations, []byte(id), Allocation{
-				MachineID: id, Owner: actor.Name, AgentName: nm.AgentName, Created: t.now}); err != nil {
-				return err
-			}
+			// Adopted as running: nobody was ever given a token for it.
+			m.Allocation = &Allocation{Owner: actor.Name, AgentName: nm.AgentName, Created: t.now}
 		}
 		if err := t.putMachine(&m); err != nil {
 			return err
@@ -360,9 +358,7 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 	}
 	if !holds(to) && to != StateBroken && m.Owner != "" {
 		// The allocation ends here; its token dies with it.
-		if err := t.del(bucketAllocations, []byte(m.ID)); err != nil {
-			return Machine{}, err
-		}
+		m.Allocation = nil
 		m.Owner, m.AgentName = "", ""
 	}
 	if err := t.putMachine(&m); err != nil {

@@ -29,7 +29,7 @@ var (
 	bucketMachines    = []byte("machines")    // id -> Machine
 	bucketHostnames   = []byte("hostnames")   // hostname -> id
 	bucketMACs        = []byte("macs")        // mac -> id
-	bucketAllocations = []byte("allocations") // machine id -> Allocation
+	bucketAllocations = []byte("allocations") // schema 1-2 only: machine id -> Allocation
 	bucketUsers       = []byte("users")       // name -> User
 	bucketTokens      = []byte("tokens")      // token hash -> user name
 	bucketEvents      = []byte("events")      // machine id NUL seq -> Event
@@ -67,6 +67,40 @@ var migrations = []func(tx *bolt.Tx) error{
 			}
 			return nil
 		})
+	},
+	// 2 -> 3: allocations move into their machine's record (one write per
+	// allocation instead of two, and one allocation per machine by
+	// construction).
+	func(tx *bolt.Tx) error {
+		allocs := tx.Bucket(bucketAllocations)
+		if allocs == nil {
+			return nil
+		}
+		machines := tx.Bucket(bucketMachines)
+		err := allocs.ForEach(func(k, v []byte) error {
+			var a Allocation
+			if err := json.Unmarshal(v, &a); err != nil {
+				return fmt.Errorf("decode allocation %s: %w", k, err)
+			}
+			var m Machine
+			data := machines.Get(k)
+			if data == nil {
+				return fmt.Errorf("allocation %s names no machine", k)
+			}
+			if err := json.Unmarshal(data, &m); err != nil {
+				return fmt.Errorf("decode machine %s: %w", k, err)
+			}
+			m.Allocation = &a
+			out, err := json.Marshal(m)
+			if err != nil {
+				return err
+			}
+			return machines.Put(k, out)
+		})
+		if err != nil {
+			return err
+		}
+		return tx.DeleteBucket(bucketAllocations)
 	},
 }
 
@@ -384,10 +418,14 @@ func (s *Store) commitLoop() {
 // errReplay aborts a shared transaction whose operation failed after writing.
 var errReplay = errors.New("store: operation failed after writing; replaying alone")
 
+// errNothingWritten rolls back a batch that changed nothing.
+var errNothingWritten = errors.New("store: nothing written")
+
 // commit runs batch in one transaction and answers every op after the commit.
 func (s *Store) commit(batch []*op) {
 	start := time.Now()
 	results := make([]error, len(batch))
+	wrote := false
 	err := s.db.Update(func(btx *bolt.Tx) error {
 		now := s.now().UTC()
 		for i, o := range batch {
@@ -401,9 +439,21 @@ func (s *Store) commit(batch []*op) {
 				return errReplay
 			}
 			results[i] = err
+			wrote = wrote || t.dirty
+		}
+		if !wrote {
+			// Only refusals and no-ops: a commit would cost two fsyncs for
+			// nothing.
+			return errNothingWritten
 		}
 		return nil
 	})
+	if errors.Is(err, errNothingWritten) {
+		for i, o := range batch {
+			o.done <- results[i]
+		}
+		return
+	}
 	if errors.Is(err, errReplay) {
 		// Rare: replay each op in a transaction of its own so that the
 		// failing one rolls back alone.

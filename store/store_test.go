@@ -786,14 +786,15 @@ func TestCheckFindsDamage(t *testing.T) {
 		want   string
 	}{
 		"allocation record deleted": {func(tx *bolt.Tx, f fixture) error {
-			return tx.Bucket(bucketAllocations).Delete([]byte(f.alloc.ID))
+			m := f.alloc
+			m.Allocation, m.Owner, m.AgentName = nil, "", ""
+			return put(tx, bucketMachines, m.ID, m)
 		}, "is ALLOCATED but has no allocation"},
 		"allocation of a READY machine": {func(tx *bolt.Tx, f fixture) error {
-			return put(tx, bucketAllocations, f.ready.ID, Allocation{MachineID: f.ready.ID, Owner: "mallory"})
+			m := f.ready
+			m.Allocation = &Allocation{Owner: "mallory"}
+			return put(tx, bucketMachines, m.ID, m)
 		}, "is READY but has an allocation (owner mallory)"},
-		"allocation of an unknown machine": {func(tx *bolt.Tx, f fixture) error {
-			return put(tx, bucketAllocations, "m-ghost", Allocation{MachineID: "m-ghost", Owner: "mallory"})
-		}, "allocation for unknown machine m-ghost"},
 		"owner differs from the allocation": {func(tx *bolt.Tx, f fixture) error {
 			m := f.alloc
 			m.Owner = "mallory"

@@ -22,8 +22,12 @@ type Machine struct {
 	MemoryMB int      `json:"memory_mb"`
 	Tags     []string `json:"tags,omitempty"`
 	Zone     string   `json:"zone,omitempty"`
-	// Owner and AgentName mirror the machine's allocation record; both are
-	// written in the same transaction as that record and Check verifies it.
+	// Allocation is set while the machine is held. It lives inside the
+	// machine's record, so "at most one allocation per machine" holds by
+	// construction and an allocation costs one record write, not two.
+	Allocation *Allocation `json:"allocation,omitempty"`
+	// Owner and AgentName mirror Allocation (empty when there is none), for
+	// listing and filtering; Check verifies that they agree.
 	Owner     string      `json:"owner,omitempty"`
 	AgentName string      `json:"agent_name,omitempty"`
 	Power     PowerParams `json:"power"`
@@ -38,7 +42,6 @@ type Machine struct {
 // Allocation is a machine held by a user on behalf of an agent. The token is
 // kept only as a hash: whoever shows the token may adopt the allocation.
 type Allocation struct {
-	MachineID string    `json:"machine_id"`
 	Owner     string    `json:"owner"`
 	AgentName string    `json:"agent_name"`
 	TokenHash string    `json:"token_hash"`

@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// TestMigrateFromSchema1 writes a database the way schema 1 laid it out
+// (allocations in their own bucket, no free index), opens it with this
+// build, and checks that the migrations carried everything over.
+func TestMigrateFromSchema1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	token := "the-allocation-token"
+	ready := Machine{ID: "m-ready", Hostname: "ready", State: StateReady, Arch: "amd64",
+		MACs: []string{"52:54:00:00:00:01"}, CPUCount: 4, Commissioned: true, StateSince: now, Created: now}
+	held := Machine{ID: "m-held", Hostname: "held", State: StateAllocated, Arch: "amd64",
+		MACs: []string{"52:54:00:00:00:02"}, CPUCount: 4, Commissioned: true, Owner: "alice", AgentName: "U",
+		StateSince: now, Created: now}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := migrations[0](tx); err != nil {
+			return err
+		}
+		meta, _ := tx.CreateBucketIfNotExists(bucketMeta)
+		meta.Put(keySchema, []byte("1"))
+		for _, m := range []Machine{ready, held} {
+			data, _ := json.Marshal(m)
+			tx.Bucket(bucketMachines).Put([]byte(m.ID), data)
+			tx.Bucket(bucketHostnames).Put([]byte(m.Hostname), []byte(m.ID))
+			tx.Bucket(bucketMACs).Put([]byte(m.MACs[0]), []byte(m.ID))
+		}
+		// Schema 1 kept the allocation apart, with the machine id in it.
+		a, _ := json.Marshal(map[string]any{"machine_id": held.ID, "owner": "alice", "agent_name": "U",
+			"token_hash": HashToken(token), "created": now})
+		return tx.Bucket(bucketAllocations).Put([]byte(held.ID), a)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatalf("open schema 1: %v", err)
+	}
+	defer s.Close()
+	if err := s.Check(); err != nil {
+		t.Fatalf("invariants after migration:\n%v", err)
+	}
+	s.db.View(func(tx *bolt.Tx) error {
+		if got := schemaOf(tx); got != SchemaVersion {
+			t.Errorf("schema %d after migration, want %d", got, SchemaVersion)
+		}
+		if tx.Bucket(bucketAllocations) != nil {
+			t.Errorf("the schema-1 allocations bucket is still there")
+		}
+		return nil
+	})
+	m, err := s.Machine("held")
+	if err != nil || m.Allocation == nil || m.Allocation.Owner != "alice" || m.Allocation.TokenHash != HashToken(token) {
+		t.Fatalf("held machine after migration: %+v %v", m, err)
+	}
+	// The free index was built: constraints find the READY machine...
+	res, err := s.Allocate(context.Background(), Actor{Name: "bob"}, AllocateRequest{AgentName: "x"})
+	if err != nil || res.Machine.ID != "m-ready" {
+		t.Fatalf("allocate after migration: %+v %v", res, err)
+	}
+	// ...and the migrated allocation's token still hands its machine over.
+	res, err = s.Allocate(context.Background(), Actor{Name: "bob"}, AllocateRequest{Name: "held", AgentName: "V", Token: token})
+	if err != nil || !res.Adopted || res.Machine.Owner != "bob" {
+		t.Fatalf("adopt a migrated allocation: %+v %v", res, err)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatalf("invariants after use:\n%v", err)
+	}
+}
+
+// A batch of refusals only is rolled back, not committed: refusing costs no
+// fsync.
+func TestRefusalsDoNotCommit(t *testing.T) {
+	var commits atomic.Int64
+	s := openTest(t, Options{OnCommit: func(int, time.Duration) { commits.Add(1) }}, true)
+	for range 20 {
+		if _, err := s.Allocate(context.Background(), Actor{Name: "a"}, AllocateRequest{}); CodeOf(err) != CodeNoAvailableMachine {
+			t.Fatalf("allocate from an empty store: %v", err)
+		}
+	}
+	if n := commits.Load(); n != 0 {
+		t.Fatalf("20 refusals made %d commits, want 0", n)
+	}
+	if _, err := s.CreateMachine(context.Background(), System, NewMachine{Hostname: "a", MACs: []string{"52:54:00:00:00:01"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := commits.Load(); n != 1 {
+		t.Fatalf("one write made %d commits, want 1", n)
+	}
+}
