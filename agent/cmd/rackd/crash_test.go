@@ -187,7 +187,11 @@ func (l *ledger) drive(d *daemon, client *http.Client, admin string, workers int
 					l.mu.Lock()
 					delete(l.uncertain, id)
 					if status == 200 {
-						delete(l.held, id)
+						// Another worker may already have been given the
+						// machine between the release and this answer.
+						if l.held[id].agent == agent {
+							delete(l.held, id)
+						}
 						mine = mine[1:]
 						l.acked++
 					} else {
@@ -209,7 +213,8 @@ func (l *ledger) drive(d *daemon, client *http.Client, admin string, workers int
 					l.mu.Lock()
 					switch status {
 					case 201:
-						if prev, ok := l.held[res.Machine.ID]; ok {
+						// Held and not being released: a double hand-out.
+						if prev, ok := l.held[res.Machine.ID]; ok && !l.uncertain[res.Machine.ID] {
 							l.violation = append(l.violation, fmt.Sprintf("machine %s handed to %s while held by %s", res.Machine.ID, agent, prev.agent))
 						}
 						l.held[res.Machine.ID] = heldBy{agent: agent, token: res.Token}
