@@ -474,7 +474,6 @@ func TestUsage(t *testing.T) {
 		"add without hostname": {args: []string{"machines", "add", "--arch", "amd64", "--mac", "aa:bb:cc:dd:ee:01"}, code: 2,
 			errContains: []string{"--hostname is required", "Usage: rackd machines add"}},
 		"add without mac":      {args: []string{"machines", "add", "--hostname", "h", "--arch", "amd64"}, code: 2, errContains: []string{"at least one --mac"}},
-		"add without arch":     {args: []string{"machines", "add", "--hostname", "h", "--mac", "m"}, code: 2, errContains: []string{"--arch is required"}},
 		"add bad state":        {args: []string{"machines", "add", "--hostname", "h", "--arch", "a", "--mac", "m", "--state", "BROKEN"}, code: 2, errContains: []string{"--state must be one of NEW, READY, DEPLOYED"}},
 		"add power w/o driver": {args: []string{"machines", "add", "--hostname", "h", "--arch", "a", "--mac", "m", "--power-user", "root"}, code: 2, errContains: []string{"need --power-driver"}},
 		"add negative cpu":     {args: []string{"machines", "add", "--hostname", "h", "--arch", "a", "--mac", "m", "--cpu", "-1"}, code: 2, errContains: []string{"--cpu must not be negative"}},

@@ -143,7 +143,7 @@ var addStates = []string{"NEW", "READY", "DEPLOYED"}
 func machinesAddVerb() *verb {
 	return &verb{
 		name:     "add",
-		synopsis: "--hostname H --arch A --mac M [--mac M ...] [flags]",
+		synopsis: "--hostname H --mac M [--mac M ...] [--arch A] [flags]",
 		summary:  "enlist a machine by hand (admin)",
 		help: `The BMC password may be given in the environment variable
 RACKD_POWER_PASSWORD instead of --power-password, so that it does not show
@@ -153,7 +153,7 @@ in the process list or the shell history.`,
 			var macs, tags stringList
 			var p api.PowerParams
 			fs.StringVar(&req.Hostname, "hostname", "", "the machine's `HOSTNAME` (required)")
-			fs.StringVar(&req.Arch, "arch", "", "`ARCH`: amd64, arm64, ... (required)")
+			fs.StringVar(&req.Arch, "arch", "amd64", "`ARCH`: amd64, arm64, ...")
 			fs.Var(&macs, "mac", "`MAC` address of an interface (required, repeatable)")
 			fs.IntVar(&req.CPUCount, "cpu", 0, "`N` CPU threads")
 			fs.IntVar(&req.MemoryMB, "memory-mb", 0, "memory in `MiB`")
@@ -168,8 +168,6 @@ in the process list or the shell history.`,
 				switch {
 				case req.Hostname == "":
 					return usagef("--hostname is required")
-				case req.Arch == "":
-					return usagef("--arch is required")
 				case len(macs) == 0:
 					return usagef("at least one --mac is required")
 				case req.CPUCount < 0:
