@@ -169,7 +169,8 @@ func (t *Tx) reuse(actor Actor, req AllocateRequest, m Machine) (AllocateResult,
 	if live && req.AgentName != "" && a.Owner == actor.Name && a.AgentName == req.AgentName {
 		return AllocateResult{Machine: m}, nil
 	}
-	return AllocateResult{}, errorf(CodeAllocated, "machine %s is already allocated (%s)", m.Hostname, m.State)
+	return AllocateResult{}, errorf(CodeAllocated, "machine %s is already allocated (%s) to %s as agent %s: only that agent, or whoever shows its allocation token, may claim it",
+		m.Hostname, m.State, a.Owner, quoteOrNone(a.AgentName))
 }
 
 func quoteOrNone(s string) string {
