@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -12,6 +13,24 @@ import (
 	"rackd/agent/api"
 	"rackd/agent/client"
 )
+
+// callAndPrint is the shape of most verbs: one API call, then either the
+// server's JSON exactly as sent (--json) or a table.
+func callAndPrint[T any](e *env, call func(context.Context, *client.Client) (T, error), table func(io.Writer, T) error) error {
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	ctx, raw := e.capture()
+	v, err := call(ctx, c)
+	if err != nil {
+		return err
+	}
+	if e.json() {
+		return printJSON(e.stdout, *raw)
+	}
+	return table(e.stdout, v)
+}
 
 // recentEvents is how many events `machines show` prints; `machines events`
 // prints them all.
@@ -50,19 +69,9 @@ func machinesListVerb() *verb {
 			fs.StringVar(&f.AgentName, "agent-name", "", "only machines allocated under `NAME`")
 			return func(e *env, _ []string) error {
 				f.State = strings.ToUpper(f.State)
-				c, err := e.client()
-				if err != nil {
-					return err
-				}
-				ctx, raw := e.capture()
-				ms, err := c.ListMachines(ctx, f)
-				if err != nil {
-					return err
-				}
-				if e.json() {
-					return printJSON(e.stdout, *raw)
-				}
-				return printMachines(e.stdout, ms)
+				return callAndPrint(e, func(ctx context.Context, c *client.Client) ([]api.Machine, error) {
+					return c.ListMachines(ctx, f)
+				}, func(w io.Writer, ms []api.Machine) error { return printMachines(w, ms) })
 			}
 		},
 	}
@@ -117,19 +126,9 @@ func machinesEventsVerb() *verb {
 		summary: "list a machine's history, oldest first",
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			return func(e *env, args []string) error {
-				c, err := e.client()
-				if err != nil {
-					return err
-				}
-				ctx, raw := e.capture()
-				evs, err := c.MachineEvents(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				if e.json() {
-					return printJSON(e.stdout, *raw)
-				}
-				return printEvents(e.stdout, evs)
+				return callAndPrint(e, func(ctx context.Context, c *client.Client) ([]api.Event, error) {
+					return c.MachineEvents(ctx, args[0])
+				}, func(w io.Writer, evs []api.Event) error { return printEvents(w, evs) })
 			}
 		},
 	}
@@ -192,19 +191,9 @@ in the process list or the shell history.`,
 					}
 					req.Power = &p
 				}
-				c, err := e.client()
-				if err != nil {
-					return err
-				}
-				ctx, raw := e.capture()
-				m, err := c.CreateMachine(ctx, req)
-				if err != nil {
-					return err
-				}
-				if e.json() {
-					return printJSON(e.stdout, *raw)
-				}
-				return printMachines(e.stdout, []api.Machine{m})
+				return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.Machine, error) {
+					return c.CreateMachine(ctx, req)
+				}, func(w io.Writer, m api.Machine) error { return printMachines(w, []api.Machine{m}) })
 			}
 		},
 	}
@@ -237,19 +226,9 @@ func machineActionVerb(action string) *verb {
 			fs.StringVar(&req.Image, "image", "", "`IMAGE` to deploy (default: the server's)")
 		}
 		return func(e *env, args []string) error {
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			ctx, raw := e.capture()
-			m, err := c.MachineAction(ctx, args[0], action, req)
-			if err != nil {
-				return err
-			}
-			if e.json() {
-				return printJSON(e.stdout, *raw)
-			}
-			return printMachines(e.stdout, []api.Machine{m})
+			return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.Machine, error) {
+				return c.MachineAction(ctx, args[0], action, req)
+			}, func(w io.Writer, m api.Machine) error { return printMachines(w, []api.Machine{m}) })
 		}
 	}
 	return v

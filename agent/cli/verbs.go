@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 
@@ -97,19 +99,9 @@ func releaseVerb() *verb {
 		help:    "ID is the machine's id or hostname. Same as DELETE /api/v1/allocations/ID.",
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			return func(e *env, args []string) error {
-				c, err := e.client()
-				if err != nil {
-					return err
-				}
-				ctx, raw := e.capture()
-				m, err := c.Release(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				if e.json() {
-					return printJSON(e.stdout, *raw)
-				}
-				return printMachines(e.stdout, []api.Machine{m})
+				return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.Machine, error) {
+					return c.Release(ctx, args[0])
+				}, func(w io.Writer, m api.Machine) error { return printMachines(w, []api.Machine{m}) })
 			}
 		},
 	}
@@ -166,19 +158,9 @@ func usersListVerb() *verb {
 		summary: "list users",
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			return func(e *env, _ []string) error {
-				c, err := e.client()
-				if err != nil {
-					return err
-				}
-				ctx, raw := e.capture()
-				us, err := c.ListUsers(ctx)
-				if err != nil {
-					return err
-				}
-				if e.json() {
-					return printJSON(e.stdout, *raw)
-				}
-				return printUsers(e.stdout, us)
+				return callAndPrint(e, func(ctx context.Context, c *client.Client) ([]api.User, error) {
+					return c.ListUsers(ctx)
+				}, func(w io.Writer, us []api.User) error { return printUsers(w, us) })
 			}
 		},
 	}
