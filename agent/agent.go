@@ -36,6 +36,9 @@ type Agent struct {
 	// releases carries machines whose release was committed and whose
 	// completion (power off, then READY) is due.
 	releases chan string
+	// prober checks addresses before they are first handed out; nil when no
+	// DHCP interface is configured.
+	prober Prober
 }
 
 // New opens the store under cfg.StateDir and, on a new database, creates the
@@ -49,9 +52,12 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, releases: make(chan string, 1024)}
 	a.metrics = newMetrics(func() *store.Store { return a.store })
+	sticky := cfg.IPAM.StickyOnCommission
 	s, err := store.Open(filepath.Join(cfg.StateDir, store.FileName), store.Options{
 		MaxBatch: cfg.Store.MaxBatch,
 		OnCommit: a.metrics.onCommit,
+		IPAM: store.IPAMOptions{OfferHold: time.Duration(cfg.IPAM.OfferHold), PXELease: time.Duration(cfg.IPAM.PXELease),
+			Quarantine: time.Duration(cfg.IPAM.Quarantine), StickyOnCommission: &sticky},
 	})
 	if err != nil {
 		return nil, err
@@ -206,6 +212,11 @@ func (a *Agent) sweep(ctx context.Context) {
 		}
 		a.metrics.watchdogExpired.WithLabelValues(string(from)).Inc()
 		a.log.Warn("machine timed out", "machine", m.ID, "hostname", m.Hostname, "from", from, "to", m.State)
+	}
+	if n, err := a.store.ExpireAddresses(ctx); err != nil && ctx.Err() == nil {
+		a.log.Error("expire leases", "err", err)
+	} else if n > 0 {
+		a.log.Debug("expired leases and quarantines removed", "count", n)
 	}
 	releasing, err := a.store.ListMachines(store.Filter{State: store.StateReleasing})
 	if err != nil {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,6 +58,14 @@ func routes() []route {
 		{"GET /api/v1/users", admin, (*Agent).listUsers},
 		{"POST /api/v1/users", admin, (*Agent).createUser},
 		{"GET /api/v1/backup", admin, (*Agent).backup},
+		{"GET /api/v1/subnets", user, (*Agent).listSubnets},
+		{"POST /api/v1/subnets", admin, (*Agent).createSubnet},
+		{"GET /api/v1/ips", user, (*Agent).listAddresses},
+		{"POST /api/v1/ips/reservations", user, (*Agent).reserve},
+		{"DELETE /api/v1/ips/reservations/{ip}", user, (*Agent).unreserve},
+		{"POST /api/v1/machines/{id}/ips", user, (*Agent).assignIP},
+		{"DELETE /api/v1/machines/{id}/ips/{ip}", user, (*Agent).removeIP},
+		{"GET /api/v1/leases", user, (*Agent).listLeases},
 	}
 }
 
@@ -175,6 +184,10 @@ func (a *Agent) storeError(w http.ResponseWriter, r *http.Request, err error) {
 		store.CodeNoAvailableMachine: http.StatusConflict,
 		store.CodeInvalid:            http.StatusBadRequest,
 		store.CodeForbidden:          http.StatusForbidden,
+		store.CodeIPInUse:            http.StatusConflict,
+		store.CodeNoSubnet:           http.StatusBadRequest,
+		store.CodeExhausted:          http.StatusConflict,
+		store.CodeNak:                http.StatusConflict,
 	}[code]
 	if status == 0 {
 		a.internalError(w, r, err)
@@ -246,8 +259,22 @@ func (a *Agent) decodeBody(w http.ResponseWriter, r *http.Request, v any, option
 	return errBadBody
 }
 
-// machineView is a machine as the API shows it: credentials left out.
-func machineView(m store.Machine) api.Machine {
+// machineView is a machine as the API shows it, with its addresses.
+func (a *Agent) machineView(m store.Machine) api.Machine {
+	v := machineFields(m)
+	addrs, err := a.store.MachineAddresses(m)
+	if err != nil {
+		a.log.Warn("read machine addresses", "machine", m.ID, "err", err)
+	}
+	for _, x := range addrs {
+		v.IPs = append(v.IPs, api.IP{IP: x.IP.String(), MAC: x.MAC, Kind: string(x.Kind)})
+	}
+	return v
+}
+
+// machineFields is a machine's own record as the API shows it: credentials
+// left out.
+func machineFields(m store.Machine) api.Machine {
 	nonNil := func(s []string) []string {
 		if s == nil {
 			return []string{}
@@ -297,7 +324,7 @@ func (a *Agent) listMachines(w http.ResponseWriter, r *http.Request, _ store.Act
 	}
 	out := make([]api.Machine, len(ms))
 	for i, m := range ms {
-		out[i] = machineView(m)
+		out[i] = a.machineView(m)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -319,7 +346,10 @@ func (a *Agent) createMachine(w http.ResponseWriter, r *http.Request, who store.
 		return
 	}
 	a.log.Info("machine created", "machine", m.ID, "hostname", m.Hostname, "state", m.State, "by", who.Name)
-	writeJSON(w, http.StatusCreated, machineView(m))
+	// A machine created READY or DEPLOYED has known hardware: it takes the
+	// same path as one whose commissioning just succeeded.
+	a.ensureSticky(r.Context(), m)
+	writeJSON(w, http.StatusCreated, a.machineView(m))
 }
 
 func (a *Agent) getMachine(w http.ResponseWriter, r *http.Request, _ store.Actor) {
@@ -328,7 +358,7 @@ func (a *Agent) getMachine(w http.ResponseWriter, r *http.Request, _ store.Actor
 		a.storeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, machineView(m))
+	writeJSON(w, http.StatusOK, a.machineView(m))
 }
 
 func (a *Agent) machineEvents(w http.ResponseWriter, r *http.Request, _ store.Actor) {
@@ -377,13 +407,16 @@ func (a *Agent) machineAction(w http.ResponseWriter, r *http.Request, who store.
 		return
 	}
 	a.transitioned(m, action, who)
-	writeJSON(w, http.StatusOK, machineView(m))
+	writeJSON(w, http.StatusOK, a.machineView(m))
 }
 
 // transitioned does what follows a committed transition: metrics, log, and
 // handing releases to the releaser.
 func (a *Agent) transitioned(m store.Machine, action store.Action, who store.Actor) {
 	a.metrics.transitions.WithLabelValues(string(action)).Inc()
+	if action == store.ActionCommissioningDone {
+		a.ensureSticky(context.Background(), m)
+	}
 	a.log.Info("machine transition", "machine", m.ID, "hostname", m.Hostname, "action", action, "state", m.State, "by", who.Name)
 	if m.State == store.StateReleasing {
 		select {
@@ -431,7 +464,7 @@ func (a *Agent) allocate(w http.ResponseWriter, r *http.Request, who store.Actor
 		a.log.Info(map[string]string{"created": "machine allocated", "adopted": "allocation adopted"}[outcome], "machine", res.Machine.ID, "hostname", res.Machine.Hostname,
 			"owner", res.Machine.Owner, "agent_name", res.Machine.AgentName)
 	}
-	writeJSON(w, status, api.Allocation{Machine: machineView(res.Machine), Token: res.Token})
+	writeJSON(w, status, api.Allocation{Machine: a.machineView(res.Machine), Token: res.Token})
 }
 
 func (a *Agent) release(w http.ResponseWriter, r *http.Request, who store.Actor) {
@@ -445,7 +478,7 @@ func (a *Agent) release(w http.ResponseWriter, r *http.Request, who store.Actor)
 		return
 	}
 	a.transitioned(m, store.ActionRelease, who)
-	writeJSON(w, http.StatusOK, machineView(m))
+	writeJSON(w, http.StatusOK, a.machineView(m))
 }
 
 func userView(u store.User, token string) api.User {

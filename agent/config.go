@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -55,6 +57,25 @@ type Config struct {
 	Store struct {
 		MaxBatch int `toml:"max_batch"`
 	} `toml:"store"`
+	IPAM struct {
+		StickyOnCommission bool     `toml:"sticky_on_commission"`
+		OfferHold          Duration `toml:"offer_hold"`
+		PXELease           Duration `toml:"pxe_lease"`
+		Quarantine         Duration `toml:"quarantine"`
+	} `toml:"ipam"`
+	DHCP struct {
+		Interfaces   []string `toml:"interfaces"`
+		Listen       []string `toml:"listen"`
+		Workers      int      `toml:"workers"`
+		Queue        int      `toml:"queue"`
+		ProbeTimeout Duration `toml:"probe_timeout"`
+		NextServer   string   `toml:"next_server"`
+		HTTPURL      string   `toml:"http_url"`
+	} `toml:"dhcp"`
+	DNS struct {
+		Listen string   `toml:"listen"`
+		TTL    Duration `toml:"ttl"`
+	} `toml:"dns"`
 }
 
 // DefaultConfig returns the embedded defaults.
@@ -132,6 +153,34 @@ func (c Config) Validate() error {
 	}
 	if c.Store.MaxBatch < 1 {
 		errs = append(errs, errors.New("store.max_batch must be at least 1"))
+	}
+	for name, d := range map[string]Duration{"ipam.offer_hold": c.IPAM.OfferHold, "ipam.pxe_lease": c.IPAM.PXELease, "ipam.quarantine": c.IPAM.Quarantine} {
+		if d < Duration(time.Second) {
+			errs = append(errs, fmt.Errorf("%s must be at least 1s", name))
+		}
+	}
+	if c.DHCP.Workers < 0 || c.DHCP.Queue < 1 {
+		errs = append(errs, errors.New("dhcp.workers must be >= 0 and dhcp.queue >= 1"))
+	}
+	for _, l := range c.DHCP.Listen {
+		if _, err := netip.ParseAddrPort(l); err != nil {
+			errs = append(errs, fmt.Errorf("dhcp.listen %q: want IP:PORT", l))
+		}
+	}
+	if c.DHCP.NextServer != "" {
+		if _, err := netip.ParseAddr(c.DHCP.NextServer); err != nil {
+			errs = append(errs, fmt.Errorf("dhcp.next_server %q is not an IP address", c.DHCP.NextServer))
+		}
+	}
+	if c.DHCP.HTTPURL != "" {
+		if u, err := url.Parse(c.DHCP.HTTPURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("dhcp.http_url %q: want http://HOST:PORT", c.DHCP.HTTPURL))
+		}
+	}
+	if c.DNS.Listen != "" {
+		if _, err := netip.ParseAddrPort(c.DNS.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("dns.listen %q: want IP:PORT", c.DNS.Listen))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -29,6 +29,7 @@ type metrics struct {
 	allocations     *prometheus.CounterVec
 	transitions     *prometheus.CounterVec
 	watchdogExpired *prometheus.CounterVec
+	probeConflicts  prometheus.Counter
 }
 
 func newMetrics(s func() *store.Store) *metrics {
@@ -75,6 +76,10 @@ func newMetrics(s func() *store.Store) *metrics {
 			Help: "Machines failed by the watchdog for staying too long, by the state they were in.",
 		}, []string{"state"}),
 	}
+	m.probeConflicts = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "ipam", Name: "probe_conflicts_total",
+		Help: "Candidate sticky addresses that answered an ARP probe and were quarantined.",
+	})
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info",
 		Help: "Always 1; labels say which rackd is running.",
@@ -88,8 +93,8 @@ func newMetrics(s func() *store.Store) *metrics {
 		m.watchdogExpired.WithLabelValues(string(s))
 	}
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.httpInFlight, m.commits, m.commitOps,
-		m.commitDuration, m.allocations, m.transitions, m.watchdogExpired, buildInfo,
-		&machineCollector{store: s},
+		m.commitDuration, m.allocations, m.transitions, m.watchdogExpired, m.probeConflicts, buildInfo,
+		&machineCollector{store: s}, &ipamCollector{store: s},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: namespace}))
 	return m
@@ -126,5 +131,45 @@ func (c *machineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, st := range store.States {
 		ch <- prometheus.MustNewConstMetric(machinesDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
+	}
+}
+
+// ipamCollector reads leases and pool use at scrape time.
+type ipamCollector struct{ store func() *store.Store }
+
+var (
+	leasesDesc = prometheus.NewDesc(prometheus.BuildFQName(namespace, "ipam", "active_leases"),
+		"Live dynamic DHCP leases.", nil, nil)
+	poolSizeDesc = prometheus.NewDesc(prometheus.BuildFQName(namespace, "ipam", "pool_addresses"),
+		"Addresses in the dynamic ranges of a subnet.", []string{"subnet"}, nil)
+	poolUsedDesc = prometheus.NewDesc(prometheus.BuildFQName(namespace, "ipam", "pool_used_addresses"),
+		"Addresses of a subnet's dynamic ranges in use (leased, quarantined or held).", []string{"subnet"}, nil)
+)
+
+func (c *ipamCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- leasesDesc
+	ch <- poolSizeDesc
+	ch <- poolUsedDesc
+}
+
+func (c *ipamCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.store()
+	if s == nil {
+		return
+	}
+	leases, err := s.Leases()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(leasesDesc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(leasesDesc, prometheus.GaugeValue, float64(len(leases)))
+	usage, err := s.PoolUsage()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(poolSizeDesc, err)
+		return
+	}
+	for p, u := range usage {
+		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(u[0]), p.String())
+		ch <- prometheus.MustNewConstMetric(poolUsedDesc, prometheus.GaugeValue, float64(u[1]), p.String())
 	}
 }

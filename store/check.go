@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
+	"strings"
 )
 
 // Check verifies the invariants that the operations keep, across the whole
@@ -93,6 +95,50 @@ func (s *Store) check() error {
 				bad("user %s: undecodable: %v", k, err)
 			} else if got := string(t.getRaw(bucketTokens, []byte(u.TokenHash))); got != u.Name {
 				bad("user %s: token indexed to %q", k, got)
+			}
+			return nil
+		})
+		subnets := map[netip.Prefix]bool{}
+		t.tx.Bucket(bucketSubnets).ForEach(func(k, v []byte) error {
+			var sn Subnet
+			if err := json.Unmarshal(v, &sn); err != nil {
+				bad("subnet %x: undecodable: %v", k, err)
+			} else {
+				subnets[sn.CIDR] = true
+			}
+			return nil
+		})
+		t.tx.Bucket(bucketAddresses).ForEach(func(k, v []byte) error {
+			var a Address
+			if err := json.Unmarshal(v, &a); err != nil {
+				bad("address %x: undecodable: %v", k, err)
+				return nil
+			}
+			switch {
+			case string(ipKey(a.IP)) != string(k):
+				bad("address %s stored under key %x", a.IP, k)
+			case !subnets[a.Subnet] || !a.Subnet.Contains(a.IP):
+				bad("address %s: subnet %s is not managed or does not contain it", a.IP, a.Subnet)
+			case a.MAC != "" && t.tx.Bucket(bucketAddrByMAC).Get(macKey(a.MAC, a.IP)) == nil:
+				bad("address %s: MAC %s not indexed", a.IP, a.MAC)
+			}
+			switch a.Kind {
+			case KindSticky:
+				if m, ok := machines[a.MachineID]; !ok || !slices.Contains(m.MACs, a.MAC) {
+					bad("sticky address %s: machine %s has no interface %s", a.IP, a.MachineID, a.MAC)
+				}
+			case KindDynamic, KindReserved, KindDiscovered:
+			default:
+				bad("address %s: unknown kind %q", a.IP, a.Kind)
+			}
+			return nil
+		})
+		t.tx.Bucket(bucketAddrByMAC).ForEach(func(k, _ []byte) error {
+			i := strings.IndexByte(string(k), 0)
+			ip, ok := netip.AddrFromSlice(k[i+1:])
+			var a Address
+			if found, err := t.get(bucketAddresses, k[i+1:], &a); i < 0 || !ok || err != nil || !found || a.MAC != string(k[:i]) {
+				bad("addr_by_mac entry %s -> %s does not match an address", k[:max(i, 0)], ip.Unmap())
 			}
 			return nil
 		})

@@ -17,6 +17,15 @@ const (
 	CodeNoAvailableMachine Code = "no_available_machine"
 	CodeInvalid            Code = "bad_request"
 	CodeForbidden          Code = "forbidden"
+	// CodeIPInUse: the address is held by someone else (a reservation, a
+	// machine, a live lease, a quarantined squatter).
+	CodeIPInUse Code = "ip_in_use"
+	// CodeNoSubnet: no managed subnet serves the address or link.
+	CodeNoSubnet Code = "no_subnet"
+	// CodeNak: a DHCP request that must be refused (DHCPNAK).
+	CodeNak Code = "nak"
+	// CodeExhausted: no free address left where one was asked for.
+	CodeExhausted Code = "exhausted"
 )
 
 // Error is a refusal by a domain rule: the request was understood and the

@@ -34,6 +34,9 @@ var (
 	bucketTokens      = []byte("tokens")      // token hash -> user name
 	bucketEvents      = []byte("events")      // machine id NUL seq -> Event
 	bucketFree        = []byte("free")        // hostname -> id of READY, unheld machines
+	bucketSubnets     = []byte("subnets")     // prefix (16-byte address + bits) -> Subnet
+	bucketAddresses   = []byte("addresses")   // 16-byte IP -> Address: every address in use, one use each
+	bucketAddrByMAC   = []byte("addr_by_mac") // mac NUL 16-byte IP -> nothing
 
 	keySchema = []byte("schema_version")
 )
@@ -102,6 +105,15 @@ var migrations = []func(tx *bolt.Tx) error{
 		}
 		return tx.DeleteBucket(bucketAllocations)
 	},
+	// 3 -> 4: address management.
+	func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketSubnets, bucketAddresses, bucketAddrByMAC} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return fmt.Errorf("create bucket %s: %w", b, err)
+			}
+		}
+		return nil
+	},
 }
 
 // SchemaVersion is the schema this build of rackd writes.
@@ -120,6 +132,9 @@ type Options struct {
 	Now func() time.Time
 	// OnCommit, when set, is told the size and duration of every commit.
 	OnCommit func(ops int, d time.Duration)
+	// IPAM tunes address management; zero fields take the defaults of
+	// DefaultIPAM.
+	IPAM IPAMOptions
 }
 
 // Store is the rack's database. Its methods are safe for concurrent use.
@@ -128,6 +143,8 @@ type Store struct {
 	path string
 	opts Options
 	now  func() time.Time
+
+	ipam *ipamState
 
 	ops     chan *op
 	stop    chan struct{}
@@ -173,7 +190,7 @@ func Open(path string, opts Options) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path, opts: opts, now: now,
+	s := &Store{db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM),
 		ops: make(chan *op, opts.MaxBatch), stop: make(chan struct{}), stopped: make(chan struct{})}
 	if err := guard(s.migrate); err != nil {
 		db.Close()

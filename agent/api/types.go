@@ -27,6 +27,9 @@ const (
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodeInternal           = "internal"
 	CodeUnavailable        = "unavailable"
+	CodeIPInUse            = "ip_in_use"
+	CodeNoSubnet           = "no_subnet"
+	CodeExhausted          = "exhausted"
 )
 
 // PowerParams are what an operator gives to reach a machine's BMC. Username and
@@ -154,4 +157,66 @@ type Health struct {
 type Version struct {
 	Version string `json:"version"`
 	Schema  int    `json:"schema"`
+}
+
+// Range is an inclusive range of addresses.
+type Range struct {
+	Start string `json:"start"`
+	End   string `json:"end"`
+}
+
+// Subnet is a managed network (POST/GET /api/v1/subnets).
+type Subnet struct {
+	CIDR           string    `json:"cidr"`
+	Gateway        string    `json:"gateway,omitempty"`
+	DNSServers     []string  `json:"dns_servers,omitempty"`
+	Domain         string    `json:"domain,omitempty"`
+	LeaseSeconds   int       `json:"lease_seconds,omitempty"`
+	DynamicRanges  []Range   `json:"dynamic_ranges,omitempty"`
+	ReservedRanges []Range   `json:"reserved_ranges,omitempty"`
+	Created        time.Time `json:"created,omitzero"`
+	// Read-only: the size of the dynamic ranges and how much of it is used.
+	DynamicSize uint64 `json:"dynamic_size,omitempty"`
+	DynamicUsed uint64 `json:"dynamic_used,omitempty"`
+}
+
+// ReserveRequest is the body of POST /api/v1/ips/reservations.
+type ReserveRequest struct {
+	IP       string `json:"ip,omitempty"`
+	Subnet   string `json:"subnet,omitempty"`
+	MAC      string `json:"mac,omitempty"`
+	Hostname string `json:"hostname,omitempty"`
+	Purpose  string `json:"purpose,omitempty"`
+}
+
+// Address is one address in use (GET /api/v1/ips, reservations).
+type Address struct {
+	IP       string    `json:"ip"`
+	Subnet   string    `json:"subnet"`
+	Kind     string    `json:"kind"`
+	MAC      string    `json:"mac,omitempty"`
+	Machine  string    `json:"machine,omitempty"`
+	Hostname string    `json:"hostname,omitempty"`
+	Owner    string    `json:"owner,omitempty"`
+	Purpose  string    `json:"purpose,omitempty"`
+	Expires  time.Time `json:"expires,omitzero"`
+	Created  time.Time `json:"created,omitzero"`
+}
+
+// AssignIP is the body of POST /api/v1/machines/{id}/ips.
+type AssignIP struct {
+	MAC    string `json:"mac"`
+	IP     string `json:"ip,omitempty"`
+	Subnet string `json:"subnet,omitempty"`
+	Alias  bool   `json:"alias,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Lease is one live dynamic lease (GET /api/v1/leases).
+type Lease struct {
+	IP       string    `json:"ip"`
+	MAC      string    `json:"mac"`
+	Hostname string    `json:"hostname"`
+	Expires  time.Time `json:"expires"`
+	Subnet   string    `json:"subnet"`
 }

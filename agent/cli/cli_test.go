@@ -106,19 +106,22 @@ func indent(t *testing.T, s string) string {
 	return buf.String() + "\n"
 }
 
+// verbCase runs a command against the fake API.
+type verbCase struct {
+	args   []string
+	env    map[string]string
+	routes map[string]answer
+	want   []seen // requests, in order; Auth defaults to "Bearer tok"
+	code   int
+	stdout string // exact, unless empty
+	// contains are substrings of stdout, errContains of stderr.
+	contains, errContains []string
+}
+
 func TestVerbs(t *testing.T) {
 	list := answer{200, "[" + machine1 + "," + machine2 + "]"}
 	one := answer{200, machine1}
-	tests := map[string]struct {
-		args   []string
-		env    map[string]string
-		routes map[string]answer
-		want   []seen // requests, in order; Auth defaults to "Bearer tok"
-		code   int
-		stdout string // exact, unless empty
-		// contains are substrings of stdout, errContains of stderr.
-		contains, errContains []string
-	}{
+	runVerbCases(t, map[string]verbCase{
 		"machines list": {
 			args:   []string{"machines", "list"},
 			routes: map[string]answer{"GET /api/v1/machines": list},
@@ -372,7 +375,11 @@ func TestVerbs(t *testing.T) {
 			code:        1,
 			errContains: []string{"rackd: cannot reach rackd at http://127.0.0.1:1: "},
 		},
-	}
+	})
+}
+
+func runVerbCases(t *testing.T, tests map[string]verbCase) {
+	t.Helper()
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			isolate(t)
@@ -443,13 +450,16 @@ func checkRequests(t *testing.T, got, want []seen) {
 	}
 }
 
+// usageCase runs a command that must not reach the API.
+type usageCase struct {
+	args        []string
+	code        int
+	stdout      []string // substrings
+	errContains []string
+}
+
 func TestUsage(t *testing.T) {
-	tests := map[string]struct {
-		args        []string
-		code        int
-		stdout      []string // substrings
-		errContains []string
-	}{
+	runUsageCases(t, map[string]usageCase{
 		"no arguments":       {args: nil, code: 2, errContains: []string{"Usage: rackd COMMAND"}},
 		"help":               {args: []string{"help"}, stdout: []string{"Usage: rackd COMMAND", "machines list", "allocate", "backup FILE", "Exit status"}},
 		"-h":                 {args: []string{"-h"}, stdout: []string{"Usage: rackd COMMAND"}},
@@ -482,7 +492,11 @@ func TestUsage(t *testing.T) {
 		"backup no file":       {args: []string{"backup"}, code: 2, errContains: []string{"rackd backup: missing FILE"}},
 		"bad url":              {args: []string{"machines", "list", "--url", "ftp://x"}, code: 2, errContains: []string{`invalid --url "ftp://x"`}},
 		"serve without serve":  {args: []string{"serve"}, code: 2, errContains: []string{"not available"}},
-	}
+	})
+}
+
+func runUsageCases(t *testing.T, tests map[string]usageCase) {
+	t.Helper()
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			isolate(t)

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -11,10 +12,16 @@ import (
 type verb struct {
 	group    string // "machines", or "" for a top-level verb
 	name     string
-	args     []string // names of the positional arguments, all required
+	args     []string // names of the required positional arguments
 	synopsis string   // flags part of the usage line
 	summary  string   // one line, for the command lists
 	help     string   // a paragraph or two, for the verb's own usage
+	// optArgs names positional arguments that may follow args. argsUsage,
+	// if set, is how the positional arguments show in usage and command
+	// lists instead of "ARGS [OPTARGS]", for a verb whose optional argument
+	// is an alternative to a flag: (IP | --subnet CIDR).
+	optArgs   []string
+	argsUsage string
 	// setup defines the verb's flags on fs and returns the function that
 	// runs it with the positional arguments. The flags are read once run is
 	// called, after parsing.
@@ -28,9 +35,31 @@ func (v *verb) path() string {
 	return v.group + " " + v.name
 }
 
+// argsLine is the positional arguments as usage shows them.
+func (v *verb) argsLine() string {
+	if v.argsUsage != "" {
+		return v.argsUsage
+	}
+	parts := slices.Clone(v.args)
+	for _, a := range v.optArgs {
+		parts = append(parts, "["+a+"]")
+	}
+	return strings.Join(parts, " ")
+}
+
+// listLine is the verb and its arguments, for the command lists.
+func (v *verb) listLine(name string) string {
+	if a := v.argsLine(); a != "" {
+		return name + " " + a
+	}
+	return name
+}
+
 func (v *verb) usageLine() string {
 	parts := []string{"rackd", v.path()}
-	parts = append(parts, v.args...)
+	if a := v.argsLine(); a != "" {
+		parts = append(parts, a)
+	}
 	if v.synopsis != "" {
 		parts = append(parts, v.synopsis)
 	}
@@ -38,15 +67,16 @@ func (v *verb) usageLine() string {
 }
 
 func (v *verb) checkArgs(pos []string) error {
+	names := append(slices.Clone(v.args), v.optArgs...)
 	switch {
 	case len(pos) < len(v.args):
 		return usagef("missing %s", strings.Join(v.args[len(pos):], " "))
-	case len(pos) > len(v.args):
-		return usagef("unexpected argument %q", pos[len(v.args)])
+	case len(pos) > len(names):
+		return usagef("unexpected argument %q", pos[len(names)])
 	}
 	for i, a := range pos {
 		if strings.TrimSpace(a) == "" {
-			return usagef("empty %s", v.args[i])
+			return usagef("empty %s", names[i])
 		}
 	}
 	return nil
@@ -62,11 +92,11 @@ type group struct {
 // groups and verbs are built by functions rather than kept in package
 // variables so that each Main gets fresh flag bindings.
 func groups() []*group {
-	return []*group{machinesGroup(), usersGroup()}
+	return []*group{machinesGroup(), subnetsGroup(), ipsGroup(), usersGroup()}
 }
 
 func topVerbs() []*verb {
-	return []*verb{allocateVerb(), releaseVerb(), backupVerb(), versionVerb()}
+	return []*verb{allocateVerb(), releaseVerb(), leasesVerb(), backupVerb(), versionVerb()}
 }
 
 func findGroup(name string) *group {
@@ -140,11 +170,11 @@ func printTopUsage(w io.Writer) {
 	fmt.Fprintf(tw, "  serve\trun the agent (rackd serve -h)\n")
 	for _, g := range groups() {
 		for _, v := range g.verbs {
-			fmt.Fprintf(tw, "  %s\t%s\n", strings.Join(append([]string{v.path()}, v.args...), " "), v.summary)
+			fmt.Fprintf(tw, "  %s\t%s\n", v.listLine(v.path()), v.summary)
 		}
 	}
 	for _, v := range topVerbs() {
-		fmt.Fprintf(tw, "  %s\t%s\n", strings.Join(append([]string{v.name}, v.args...), " "), v.summary)
+		fmt.Fprintf(tw, "  %s\t%s\n", v.listLine(v.name), v.summary)
 	}
 	fmt.Fprintf(tw, "  help [COMMAND]\tshow this, or the usage of COMMAND\n")
 	tw.Flush()
@@ -155,7 +185,7 @@ func printGroupUsage(w io.Writer, g *group) {
 	fmt.Fprintf(w, "Usage: rackd %s COMMAND [ARGS] [FLAGS]\n\n%s\n\nCommands:\n", g.name, g.summary)
 	tw := newTable(w)
 	for _, v := range g.verbs {
-		fmt.Fprintf(tw, "  %s\t%s\n", strings.Join(append([]string{v.name}, v.args...), " "), v.summary)
+		fmt.Fprintf(tw, "  %s\t%s\n", v.listLine(v.name), v.summary)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nrackd %s COMMAND -h shows the flags of COMMAND.\n\n%s", g.name, globalHelp)

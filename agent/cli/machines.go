@@ -51,6 +51,7 @@ func machinesGroup() *group {
 	for _, a := range client.MachineActions {
 		g.verbs = append(g.verbs, machineActionVerb(a))
 	}
+	g.verbs = append(g.verbs, machinesSetIPVerb(), machinesUnsetIPVerb())
 	for _, v := range g.verbs {
 		v.group = g.name
 	}

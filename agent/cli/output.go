@@ -163,3 +163,63 @@ func printUsers(w io.Writer, us []api.User) error {
 	}
 	return tw.Flush()
 }
+
+// duration prints a number of seconds compactly: 3600 → 1h, 90 → 90s.
+func duration(secs int) string {
+	switch {
+	case secs <= 0:
+		return "-"
+	case secs%3600 == 0:
+		return strconv.Itoa(secs/3600) + "h"
+	case secs%60 == 0:
+		return strconv.Itoa(secs/60) + "m"
+	default:
+		return strconv.Itoa(secs) + "s"
+	}
+}
+
+func ranges(rs []api.Range) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = r.Start + "-" + r.End
+	}
+	return cells(parts)
+}
+
+// usedOfSize prints how much of a subnet's dynamic ranges is in use; "-" when
+// the server did not say (no dynamic range).
+func usedOfSize(sn api.Subnet) string {
+	if sn.DynamicSize == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(sn.DynamicUsed, 10) + "/" + strconv.FormatUint(sn.DynamicSize, 10)
+}
+
+func printSubnets(w io.Writer, sns []api.Subnet) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "CIDR\tGATEWAY\tDOMAIN\tLEASE\tDYNAMIC\tUSED/SIZE")
+	for _, sn := range sns {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(sn.CIDR), cell(sn.Gateway), cell(sn.Domain),
+			duration(sn.LeaseSeconds), ranges(sn.DynamicRanges), usedOfSize(sn))
+	}
+	return tw.Flush()
+}
+
+func printAddresses(w io.Writer, as []api.Address) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "IP\tKIND\tMAC\tMACHINE\tHOSTNAME\tOWNER\tEXPIRES\tPURPOSE")
+	for _, a := range as {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(a.IP), cell(a.Kind), cell(a.MAC), cell(a.Machine),
+			cell(a.Hostname), cell(a.Owner), when(a.Expires), cell(a.Purpose))
+	}
+	return tw.Flush()
+}
+
+func printLeases(w io.Writer, ls []api.Lease) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "IP\tMAC\tHOSTNAME\tEXPIRES\tSUBNET")
+	for _, l := range ls {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(l.IP), cell(l.MAC), cell(l.Hostname), when(l.Expires), cell(l.Subnet))
+	}
+	return tw.Flush()
+}

@@ -266,6 +266,86 @@ func (c *Client) ListUsers(ctx context.Context) ([]api.User, error) {
 	return us, err
 }
 
+// ListSubnets returns the managed subnets with the usage of their dynamic
+// ranges (GET /api/v1/subnets).
+func (c *Client) ListSubnets(ctx context.Context) ([]api.Subnet, error) {
+	var sns []api.Subnet
+	_, err := c.call(ctx, http.MethodGet, "/api/v1/subnets", nil, nil, &sns)
+	return sns, err
+}
+
+// CreateSubnet adds a managed subnet (admin) and returns it as created.
+func (c *Client) CreateSubnet(ctx context.Context, sn api.Subnet) (api.Subnet, error) {
+	var out api.Subnet
+	_, err := c.call(ctx, http.MethodPost, "/api/v1/subnets", nil, sn, &out)
+	return out, err
+}
+
+// ListAddresses returns every address in use, or only those of kind
+// (dynamic, sticky, reserved or discovered) if it is not empty
+// (GET /api/v1/ips).
+func (c *Client) ListAddresses(ctx context.Context, kind string) ([]api.Address, error) {
+	q := url.Values{}
+	if kind != "" {
+		q.Set("kind", kind)
+	}
+	var as []api.Address
+	_, err := c.call(ctx, http.MethodGet, "/api/v1/ips", q, nil, &as)
+	return as, err
+}
+
+// Reserve reserves an address: req.IP, or the first free static address of
+// req.Subnet. The caller owns the reservation.
+func (c *Client) Reserve(ctx context.Context, req api.ReserveRequest) (api.Address, error) {
+	var a api.Address
+	_, err := c.call(ctx, http.MethodPost, "/api/v1/ips/reservations", nil, req, &a)
+	return a, err
+}
+
+// Unreserve removes the reservation of ip and returns it as it was.
+func (c *Client) Unreserve(ctx context.Context, ip string) (api.Address, error) {
+	var a api.Address
+	p, err := segmentPath("/api/v1/ips/reservations/", "IP address", ip, "")
+	if err != nil {
+		return a, err
+	}
+	_, err = c.call(ctx, http.MethodDelete, p, nil, nil, &a)
+	return a, err
+}
+
+// AssignIP gives one of a machine's interfaces a sticky address, replacing
+// its sticky address in that subnet unless req.Alias is set.
+func (c *Client) AssignIP(ctx context.Context, idOrName string, req api.AssignIP) (api.Address, error) {
+	var a api.Address
+	p, err := idPath("/api/v1/machines/", idOrName, "/ips")
+	if err != nil {
+		return a, err
+	}
+	_, err = c.call(ctx, http.MethodPost, p, nil, req, &a)
+	return a, err
+}
+
+// RemoveIP takes ip away from a machine and returns it, now back in the pool.
+func (c *Client) RemoveIP(ctx context.Context, idOrName, ip string) (api.Address, error) {
+	var a api.Address
+	p, err := idPath("/api/v1/machines/", idOrName, "/ips/")
+	if err == nil {
+		p, err = segmentPath(p, "IP address", ip, "")
+	}
+	if err != nil {
+		return a, err
+	}
+	_, err = c.call(ctx, http.MethodDelete, p, nil, nil, &a)
+	return a, err
+}
+
+// ListLeases returns the live dynamic leases (GET /api/v1/leases).
+func (c *Client) ListLeases(ctx context.Context) ([]api.Lease, error) {
+	var ls []api.Lease
+	_, err := c.call(ctx, http.MethodGet, "/api/v1/leases", nil, nil, &ls)
+	return ls, err
+}
+
 // Version returns the server's version and store schema.
 func (c *Client) Version(ctx context.Context) (api.Version, error) {
 	var v api.Version
@@ -420,9 +500,15 @@ func readAPIError(resp *http.Response) *APIError {
 // or a '?', but a typo must not reach another endpoint, and "." or ".." would
 // be cleaned away by the server's router into a different path.
 func idPath(prefix, idOrName, suffix string) (string, error) {
-	switch idOrName {
+	return segmentPath(prefix, "machine id or hostname", idOrName, suffix)
+}
+
+// segmentPath returns prefix + value escaped as one path segment + suffix;
+// what names the value in the error for one that cannot be a segment.
+func segmentPath(prefix, what, value, suffix string) (string, error) {
+	switch value {
 	case "", ".", "..":
-		return "", fmt.Errorf("invalid machine id or hostname %q", idOrName)
+		return "", fmt.Errorf("invalid %s %q", what, value)
 	}
-	return prefix + url.PathEscape(idOrName) + suffix, nil
+	return prefix + url.PathEscape(value) + suffix, nil
 }

@@ -149,6 +149,89 @@ func TestMethods(t *testing.T) {
 			wantOut: []api.User{{Name: "admin", Admin: true,
 				Created: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}},
 		},
+		"list subnets": {
+			status: 200, answer: `[{"cidr":"10.0.0.0/24","gateway":"10.0.0.1","lease_seconds":3600,"dynamic_ranges":[{"start":"10.0.0.100","end":"10.0.0.199"}],"dynamic_size":100,"dynamic_used":7,"created":"2025-01-02T03:04:05Z"}]`,
+			call: func(c *client.Client) (any, error) { return c.ListSubnets(ctx) },
+			want: request{Method: "GET", Path: "/api/v1/subnets"},
+			wantOut: []api.Subnet{{CIDR: "10.0.0.0/24", Gateway: "10.0.0.1", LeaseSeconds: 3600,
+				DynamicRanges: []api.Range{{Start: "10.0.0.100", End: "10.0.0.199"}}, DynamicSize: 100, DynamicUsed: 7,
+				Created: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}},
+		},
+		"create subnet": {
+			status: 201, answer: `{"cidr":"10.0.0.0/24","domain":"lab"}`,
+			call: func(c *client.Client) (any, error) {
+				return c.CreateSubnet(ctx, api.Subnet{CIDR: "10.0.0.0/24", Gateway: "10.0.0.1", DNSServers: []string{"10.0.0.2"},
+					Domain: "lab", LeaseSeconds: 600, DynamicRanges: []api.Range{{Start: "10.0.0.100", End: "10.0.0.199"}},
+					ReservedRanges: []api.Range{{Start: "10.0.0.2", End: "10.0.0.9"}}})
+			},
+			want: request{Method: "POST", Path: "/api/v1/subnets", ContentType: "application/json"},
+			wantBody: `{"cidr":"10.0.0.0/24","gateway":"10.0.0.1","dns_servers":["10.0.0.2"],"domain":"lab","lease_seconds":600,
+				"dynamic_ranges":[{"start":"10.0.0.100","end":"10.0.0.199"}],"reserved_ranges":[{"start":"10.0.0.2","end":"10.0.0.9"}]}`,
+			wantOut: api.Subnet{CIDR: "10.0.0.0/24", Domain: "lab"},
+		},
+		"list addresses of a kind": {
+			status: 200, answer: `[{"ip":"10.0.0.5","subnet":"10.0.0.0/24","kind":"reserved","mac":"aa:bb:cc:dd:ee:01","owner":"admin"}]`,
+			call: func(c *client.Client) (any, error) { return c.ListAddresses(ctx, "reserved") },
+			want: request{Method: "GET", Path: "/api/v1/ips", Query: "kind=reserved"},
+			wantOut: []api.Address{{IP: "10.0.0.5", Subnet: "10.0.0.0/24", Kind: "reserved", MAC: "aa:bb:cc:dd:ee:01",
+				Owner: "admin"}},
+		},
+		"list every address": {
+			status: 200, answer: `[]`,
+			call: func(c *client.Client) (any, error) { return c.ListAddresses(ctx, "") },
+			want: request{Method: "GET", Path: "/api/v1/ips"}, wantOut: []api.Address{},
+		},
+		"reserve": {
+			status: 201, answer: `{"ip":"10.0.0.10","subnet":"10.0.0.0/24","kind":"reserved","hostname":"sw1"}`,
+			call: func(c *client.Client) (any, error) {
+				a, err := c.Reserve(ctx, api.ReserveRequest{Subnet: "10.0.0.0/24", MAC: "aa:bb:cc:dd:ee:99", Hostname: "sw1", Purpose: "switch"})
+				return a.IP, err
+			},
+			want:     request{Method: "POST", Path: "/api/v1/ips/reservations", ContentType: "application/json"},
+			wantBody: `{"subnet":"10.0.0.0/24","mac":"aa:bb:cc:dd:ee:99","hostname":"sw1","purpose":"switch"}`,
+			wantOut:  "10.0.0.10",
+		},
+		"unreserve": {
+			status: 200, answer: `{"ip":"10.0.0.10","subnet":"10.0.0.0/24","kind":"reserved"}`,
+			call: func(c *client.Client) (any, error) {
+				a, err := c.Unreserve(ctx, "10.0.0.10")
+				return a.IP, err
+			},
+			want: request{Method: "DELETE", Path: "/api/v1/ips/reservations/10.0.0.10"}, wantOut: "10.0.0.10",
+		},
+		"unreserve escapes the address": {
+			status: 200, answer: `{"ip":"fe80::1","kind":"reserved"}`,
+			call: func(c *client.Client) (any, error) {
+				a, err := c.Unreserve(ctx, "fe80::1%eth0/x")
+				return a.IP, err
+			},
+			want: request{Method: "DELETE", Path: "/api/v1/ips/reservations/fe80::1%25eth0%2Fx"}, wantOut: "fe80::1",
+		},
+		"assign ip": {
+			status: 201, answer: `{"ip":"10.0.0.20","subnet":"10.0.0.0/24","kind":"sticky","mac":"aa:bb:cc:dd:ee:01","machine":"m-1"}`,
+			call: func(c *client.Client) (any, error) {
+				return c.AssignIP(ctx, "web 1", api.AssignIP{MAC: "aa:bb:cc:dd:ee:01", IP: "10.0.0.20", Alias: true, Reason: "vip"})
+			},
+			want:     request{Method: "POST", Path: "/api/v1/machines/web%201/ips", ContentType: "application/json"},
+			wantBody: `{"mac":"aa:bb:cc:dd:ee:01","ip":"10.0.0.20","alias":true,"reason":"vip"}`,
+			wantOut: api.Address{IP: "10.0.0.20", Subnet: "10.0.0.0/24", Kind: "sticky", MAC: "aa:bb:cc:dd:ee:01",
+				Machine: "m-1"},
+		},
+		"remove ip": {
+			status: 200, answer: `{"ip":"10.0.0.20","subnet":"10.0.0.0/24","kind":"sticky"}`,
+			call: func(c *client.Client) (any, error) {
+				a, err := c.RemoveIP(ctx, "a/b", "2001:db8::20")
+				return a.IP, err
+			},
+			want: request{Method: "DELETE", Path: "/api/v1/machines/a%2Fb/ips/2001:db8::20"}, wantOut: "10.0.0.20",
+		},
+		"leases": {
+			status: 200, answer: `[{"ip":"10.0.0.100","mac":"aa:bb:cc:dd:ee:02","hostname":"","expires":"2025-01-02T04:04:05Z","subnet":"10.0.0.0/24"}]`,
+			call: func(c *client.Client) (any, error) { return c.ListLeases(ctx) },
+			want: request{Method: "GET", Path: "/api/v1/leases"},
+			wantOut: []api.Lease{{IP: "10.0.0.100", MAC: "aa:bb:cc:dd:ee:02",
+				Expires: time.Date(2025, 1, 2, 4, 4, 5, 0, time.UTC), Subnet: "10.0.0.0/24"}},
+		},
 		"version": {
 			status: 200, answer: `{"version":"1.2.3","schema":4}`,
 			call: func(c *client.Client) (any, error) { return c.Version(ctx) },
@@ -339,6 +422,20 @@ func TestBadIDAndAction(t *testing.T) {
 	if _, err := c.MachineAction(ctx, "web1", "power", api.ActionRequest{}); err == nil {
 		t.Error("MachineAction(power): no error")
 	}
+	for _, ip := range []string{"", ".", ".."} {
+		if _, err := c.Unreserve(ctx, ip); err == nil || !strings.Contains(err.Error(), "invalid IP address") {
+			t.Errorf("Unreserve(%q): err = %v", ip, err)
+		}
+		if _, err := c.RemoveIP(ctx, "web1", ip); err == nil || !strings.Contains(err.Error(), "invalid IP address") {
+			t.Errorf("RemoveIP(web1, %q): err = %v", ip, err)
+		}
+		if _, err := c.RemoveIP(ctx, ip, "10.0.0.1"); err == nil || !strings.Contains(err.Error(), "invalid machine id") {
+			t.Errorf("RemoveIP(%q, 10.0.0.1): err = %v", ip, err)
+		}
+		if _, err := c.AssignIP(ctx, ip, api.AssignIP{MAC: "m"}); err == nil {
+			t.Errorf("AssignIP(%q): no error", ip)
+		}
+	}
 	if got.Method != "" {
 		t.Errorf("a request was sent: %+v", *got)
 	}
@@ -420,5 +517,16 @@ func TestBackup(t *testing.T) {
 				t.Errorf("got %d bytes, want %d", n, len(data))
 			}
 		})
+	}
+}
+
+func TestIPErrors(t *testing.T) {
+	srv, got := fake(t, 409, `{"error":"10.0.0.5 is held by machine web1","code":"ip_in_use"}`)
+	_, err := client.New(srv.URL, "t").Reserve(context.Background(), api.ReserveRequest{IP: "10.0.0.5"})
+	if !client.IsCode(err, api.CodeIPInUse) || err.Error() != "10.0.0.5 is held by machine web1 (ip_in_use, HTTP 409)" {
+		t.Errorf("err = %v", err)
+	}
+	if got.Method != "POST" || got.Path != "/api/v1/ips/reservations" || !jsonEqual(t, got.Body, `{"ip":"10.0.0.5"}`) {
+		t.Errorf("request %+v", *got)
 	}
 }

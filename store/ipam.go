@@ -1,0 +1,598 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// IPAMOptions tune address management.
+type IPAMOptions struct {
+	// OfferHold is how long an address offered to a DHCP client is kept for
+	// it before it may be offered to another. Default 30s.
+	OfferHold time.Duration
+	// PXELease is the lease given to network-boot clients on a dynamic
+	// address (they are passing through). Default 10m.
+	PXELease time.Duration
+	// Quarantine is how long an address declined by a client or found in
+	// use by an ARP probe is kept out of the pool. Default 1h.
+	Quarantine time.Duration
+	// StickyOnCommission gives a machine's boot interface a sticky address
+	// when its hardware becomes known (commissioning succeeds, or it is
+	// created READY). Default on; see DefaultIPAM.
+	StickyOnCommission *bool
+}
+
+// DefaultIPAM returns the defaults.
+func DefaultIPAM() IPAMOptions {
+	on := true
+	return IPAMOptions{OfferHold: 30 * time.Second, PXELease: 10 * time.Minute, Quarantine: time.Hour, StickyOnCommission: &on}
+}
+
+func (o IPAMOptions) withDefaults() IPAMOptions {
+	d := DefaultIPAM()
+	if o.OfferHold <= 0 {
+		o.OfferHold = d.OfferHold
+	}
+	if o.PXELease <= 0 {
+		o.PXELease = d.PXELease
+	}
+	if o.Quarantine <= 0 {
+		o.Quarantine = d.Quarantine
+	}
+	if o.StickyOnCommission == nil {
+		o.StickyOnCommission = d.StickyOnCommission
+	}
+	return o
+}
+
+// Range is an inclusive range of addresses.
+type Range struct {
+	Start netip.Addr `json:"start"`
+	End   netip.Addr `json:"end"`
+}
+
+// Contains reports whether ip lies in r.
+func (r Range) Contains(ip netip.Addr) bool {
+	return r.Start.Compare(ip) <= 0 && ip.Compare(r.End) <= 0
+}
+
+// Subnet is a network rackd manages: it answers DHCP there, hands out its
+// addresses and names them in DNS.
+type Subnet struct {
+	CIDR         netip.Prefix `json:"cidr"`
+	Gateway      netip.Addr   `json:"gateway,omitzero"`
+	DNSServers   []netip.Addr `json:"dns_servers,omitempty"`
+	Domain       string       `json:"domain,omitempty"`
+	LeaseSeconds int          `json:"lease_seconds"`
+	// DynamicRanges are handed out by DHCP to clients rackd does not know
+	// (new and enlisting machines). Sticky addresses and reservations made
+	// without an explicit address come from the rest of the subnet.
+	DynamicRanges []Range `json:"dynamic_ranges,omitempty"`
+	// ReservedRanges are never handed out automatically (routers, switches,
+	// other tools' addresses); an explicit reservation may still use them.
+	ReservedRanges []Range   `json:"reserved_ranges,omitempty"`
+	Created        time.Time `json:"created"`
+}
+
+// AddrKind is what an address is used for.
+type AddrKind string
+
+// The kinds of address (DESIGN.md section 3).
+const (
+	// KindDynamic is a DHCP lease from a dynamic range; it expires.
+	KindDynamic AddrKind = "dynamic"
+	// KindSticky is a machine interface's own address, kept until a human
+	// changes it.
+	KindSticky AddrKind = "sticky"
+	// KindReserved is a user's reservation, for another tool or an
+	// unmanaged device (optionally answered by DHCP for its MAC).
+	KindReserved AddrKind = "reserved"
+	// KindDiscovered is in use by someone rackd does not know (an ARP probe
+	// answered, or a client declined it): quarantined until it expires.
+	KindDiscovered AddrKind = "discovered"
+)
+
+// Address is one address in use. The addresses bucket is keyed by IP, so an
+// address has exactly one use at a time, by construction.
+type Address struct {
+	IP        netip.Addr   `json:"ip"`
+	Subnet    netip.Prefix `json:"subnet"`
+	Kind      AddrKind     `json:"kind"`
+	MAC       string       `json:"mac,omitempty"`
+	MachineID string       `json:"machine_id,omitempty"`
+	Hostname  string       `json:"hostname,omitempty"`
+	Owner     string       `json:"owner,omitempty"`
+	Purpose   string       `json:"purpose,omitempty"`
+	Expires   time.Time    `json:"expires,omitzero"`
+	Created   time.Time    `json:"created"`
+}
+
+// live reports whether a holds its address at now (expired leases and
+// quarantines are free again).
+func (a Address) live(now time.Time) bool {
+	switch a.Kind {
+	case KindDynamic, KindDiscovered:
+		return now.Before(a.Expires)
+	}
+	return true
+}
+
+// ipamState is what address management keeps in memory: addresses offered
+// but not yet requested, and where the next dynamic search starts. Only
+// operations running in the committer touch it.
+type ipamState struct {
+	opts   IPAMOptions
+	mu     sync.Mutex
+	offers map[netip.Addr]offer
+	// held is the address offered to each client in each subnet, so that a
+	// client that asks again (a retransmitted DHCPDISCOVER, an operation
+	// replayed by the committer) is offered the same address, not another.
+	held   map[heldKey]netip.Addr
+	cursor map[netip.Prefix]netip.Addr
+}
+
+type heldKey struct {
+	mac    string
+	subnet netip.Prefix
+}
+
+type offer struct {
+	mac     string
+	subnet  netip.Prefix
+	expires time.Time
+}
+
+func newIPAMState(o IPAMOptions) *ipamState {
+	return &ipamState{opts: o.withDefaults(), offers: map[netip.Addr]offer{}, held: map[heldKey]netip.Addr{},
+		cursor: map[netip.Prefix]netip.Addr{}}
+}
+
+// drop forgets the offer of ip. st.mu is held.
+func (st *ipamState) drop(ip netip.Addr) {
+	o, ok := st.offers[ip]
+	if !ok {
+		return
+	}
+	delete(st.offers, ip)
+	if k := (heldKey{o.mac, o.subnet}); st.held[k] == ip {
+		delete(st.held, k)
+	}
+}
+
+// offeredTo returns the MAC an address is being offered to, if any.
+func (st *ipamState) offeredTo(ip netip.Addr, now time.Time) string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	o, ok := st.offers[ip]
+	if !ok {
+		return ""
+	}
+	if !now.Before(o.expires) {
+		st.drop(ip)
+		return ""
+	}
+	return o.mac
+}
+
+// heldFor returns the address being offered to mac in subnet, if any.
+func (st *ipamState) heldFor(mac string, subnet netip.Prefix, now time.Time) (netip.Addr, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	ip, ok := st.held[heldKey{mac, subnet}]
+	if !ok {
+		return netip.Addr{}, false
+	}
+	o, ok := st.offers[ip]
+	if !ok || o.mac != mac {
+		delete(st.held, heldKey{mac, subnet}) // stale: the offer is gone or another's
+		return netip.Addr{}, false
+	}
+	if !now.Before(o.expires) {
+		st.drop(ip)
+		return netip.Addr{}, false
+	}
+	return ip, true
+}
+
+// hold offers ip to mac in subnet, in place of what mac was offered there
+// before.
+func (st *ipamState) hold(ip netip.Addr, mac string, subnet netip.Prefix, now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	k := heldKey{mac, subnet}
+	if old, ok := st.held[k]; ok && old != ip {
+		st.drop(old)
+	}
+	st.drop(ip)
+	st.offers[ip] = offer{mac: mac, subnet: subnet, expires: now.Add(st.opts.OfferHold)}
+	st.held[k] = ip
+	// Forget expired offers now and then so the map cannot grow for ever.
+	if len(st.offers) > 4096 {
+		for k, o := range st.offers {
+			if !now.Before(o.expires) {
+				st.drop(k)
+			}
+		}
+	}
+}
+
+// unhold forgets the offer of ip and whatever mac was offered in subnet.
+func (st *ipamState) unhold(ip netip.Addr, mac string, subnet netip.Prefix) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.drop(ip)
+	if old, ok := st.held[heldKey{mac, subnet}]; ok {
+		st.drop(old)
+	}
+}
+
+func ipKey(ip netip.Addr) []byte {
+	b := ip.As16()
+	return b[:]
+}
+
+func prefixKey(p netip.Prefix) []byte {
+	return append(ipKey(p.Addr()), byte(p.Bits()))
+}
+
+func macKey(mac string, ip netip.Addr) []byte {
+	return append(append([]byte(mac), 0), ipKey(ip)...)
+}
+
+var domainRE = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// normalize validates s and puts it in canonical form.
+func (s *Subnet) normalize() error {
+	if !s.CIDR.IsValid() {
+		return errorf(CodeInvalid, "a subnet needs a CIDR like 10.0.0.0/24 or 2001:db8::/64")
+	}
+	if s.CIDR.Masked() != s.CIDR {
+		return errorf(CodeInvalid, "CIDR %s has host bits set: did you mean %s?", s.CIDR, s.CIDR.Masked())
+	}
+	if s.CIDR.Addr().Is4In6() {
+		return errorf(CodeInvalid, "CIDR %s: write IPv4 subnets as IPv4", s.CIDR)
+	}
+	in := func(what string, ip netip.Addr) error {
+		if !s.CIDR.Contains(ip) {
+			return errorf(CodeInvalid, "%s %s is not in %s", what, ip, s.CIDR)
+		}
+		return nil
+	}
+	if s.Gateway.IsValid() {
+		if err := in("gateway", s.Gateway); err != nil {
+			return err
+		}
+	}
+	for _, d := range s.DNSServers {
+		if !d.IsValid() {
+			return errorf(CodeInvalid, "invalid DNS server address")
+		}
+	}
+	s.Domain = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(s.Domain)), ".")
+	if s.Domain != "" && (len(s.Domain) > 253 || !domainRE.MatchString(s.Domain)) {
+		return errorf(CodeInvalid, "invalid domain %q", s.Domain)
+	}
+	switch {
+	case s.LeaseSeconds == 0:
+		s.LeaseSeconds = 3600
+	case s.LeaseSeconds < 60 || s.LeaseSeconds > 365*86400:
+		return errorf(CodeInvalid, "lease_seconds %d: want 60 to %d", s.LeaseSeconds, 365*86400)
+	}
+	all := append(slices.Clone(s.DynamicRanges), s.ReservedRanges...)
+	for i, r := range all {
+		if !r.Start.IsValid() || !r.End.IsValid() {
+			return errorf(CodeInvalid, "a range needs start and end addresses")
+		}
+		if r.End.Less(r.Start) {
+			return errorf(CodeInvalid, "range %s-%s ends before it starts", r.Start, r.End)
+		}
+		if err := in("range start", r.Start); err != nil {
+			return err
+		}
+		if err := in("range end", r.End); err != nil {
+			return err
+		}
+		for _, o := range all[:i] {
+			if r.Start.Compare(o.End) <= 0 && o.Start.Compare(r.End) <= 0 {
+				return errorf(CodeInvalid, "ranges %s-%s and %s-%s overlap", o.Start, o.End, r.Start, r.End)
+			}
+		}
+	}
+	if len(s.DynamicRanges) > 0 && s.Gateway.IsValid() {
+		for _, r := range s.DynamicRanges {
+			if r.Contains(s.Gateway) {
+				return errorf(CodeInvalid, "the gateway %s lies in the dynamic range %s-%s", s.Gateway, r.Start, r.End)
+			}
+		}
+	}
+	return nil
+}
+
+// CreateSubnet adds a managed subnet. Overlapping subnets are refused.
+func (s *Store) CreateSubnet(ctx context.Context, actor Actor, sn Subnet) (Subnet, error) {
+	if !actor.Admin {
+		return Subnet{}, errorf(CodeForbidden, "only an admin may add subnets")
+	}
+	sn.DNSServers = slices.Clone(sn.DNSServers)
+	sn.DynamicRanges = slices.Clone(sn.DynamicRanges)
+	sn.ReservedRanges = slices.Clone(sn.ReservedRanges)
+	if err := sn.normalize(); err != nil {
+		return Subnet{}, err
+	}
+	err := s.update(ctx, func(t *Tx) error {
+		subnets, err := t.subnets()
+		if err != nil {
+			return err
+		}
+		for _, o := range subnets {
+			if o.CIDR.Overlaps(sn.CIDR) {
+				return errorf(CodeConflict, "subnet %s overlaps the managed subnet %s", sn.CIDR, o.CIDR)
+			}
+		}
+		sn.Created = t.now
+		return t.put(bucketSubnets, prefixKey(sn.CIDR), sn)
+	})
+	return sn, err
+}
+
+func (t *Tx) subnets() ([]Subnet, error) {
+	var out []Subnet
+	err := t.tx.Bucket(bucketSubnets).ForEach(func(k, v []byte) error {
+		var sn Subnet
+		if err := json.Unmarshal(v, &sn); err != nil {
+			return fmt.Errorf("decode subnet: %w", err)
+		}
+		out = append(out, sn)
+		return nil
+	})
+	return out, err
+}
+
+// subnetFor returns the managed subnet that contains ip.
+func (t *Tx) subnetFor(ip netip.Addr) (Subnet, error) {
+	ip = ip.Unmap()
+	subnets, err := t.subnets()
+	if err != nil {
+		return Subnet{}, err
+	}
+	for _, sn := range subnets {
+		if sn.CIDR.Contains(ip) {
+			return sn, nil
+		}
+	}
+	return Subnet{}, errorf(CodeNoSubnet, "no managed subnet contains %s", ip)
+}
+
+// Subnets lists the managed subnets in address order.
+func (s *Store) Subnets() ([]Subnet, error) {
+	var out []Subnet
+	err := s.view(func(t *Tx) error {
+		var err error
+		out, err = t.subnets()
+		return err
+	})
+	return out, err
+}
+
+// SubnetFor returns the managed subnet that contains ip.
+func (s *Store) SubnetFor(ip netip.Addr) (Subnet, error) {
+	var sn Subnet
+	err := s.view(func(t *Tx) error {
+		var err error
+		sn, err = t.subnetFor(ip)
+		return err
+	})
+	return sn, err
+}
+
+// address reads the record at ip.
+func (t *Tx) address(ip netip.Addr) (Address, bool, error) {
+	var a Address
+	found, err := t.get(bucketAddresses, ipKey(ip), &a)
+	return a, found, err
+}
+
+// putAddress writes a and its MAC index, replacing whatever was at a.IP.
+func (t *Tx) putAddress(a Address) error {
+	if old, found, err := t.address(a.IP); err != nil {
+		return err
+	} else if found && old.MAC != "" && old.MAC != a.MAC {
+		if err := t.del(bucketAddrByMAC, macKey(old.MAC, old.IP)); err != nil {
+			return err
+		}
+	}
+	if a.MAC != "" {
+		if err := t.putRaw(bucketAddrByMAC, macKey(a.MAC, a.IP), nil); err != nil {
+			return err
+		}
+	}
+	return t.put(bucketAddresses, ipKey(a.IP), a)
+}
+
+// deleteAddress frees ip.
+func (t *Tx) deleteAddress(a Address) error {
+	if a.MAC != "" {
+		if err := t.del(bucketAddrByMAC, macKey(a.MAC, a.IP)); err != nil {
+			return err
+		}
+	}
+	return t.del(bucketAddresses, ipKey(a.IP))
+}
+
+// addressesOfMAC returns every address record bound to mac.
+func (t *Tx) addressesOfMAC(mac string) ([]Address, error) {
+	var out []Address
+	prefix := append([]byte(mac), 0)
+	c := t.tx.Bucket(bucketAddrByMAC).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, _ = c.Next() {
+		ip, ok := netip.AddrFromSlice(k[len(prefix):])
+		if !ok {
+			return nil, fmt.Errorf("store: bad addr_by_mac key %x", k)
+		}
+		a, found, err := t.address(ip.Unmap())
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// usable reports whether ip may be handed out automatically in sn: not the
+// network or broadcast address, not the gateway or a DNS server of the
+// subnet.
+func (sn Subnet) usable(ip netip.Addr) bool {
+	if !sn.CIDR.Contains(ip) || ip == sn.CIDR.Addr() || ip == sn.Gateway || slices.Contains(sn.DNSServers, ip) {
+		return false
+	}
+	if ip.Is4() && sn.CIDR.Bits() < 31 && ip == lastAddr(sn.CIDR) {
+		return false // the broadcast address
+	}
+	return true
+}
+
+func (sn Subnet) inDynamic(ip netip.Addr) bool {
+	for _, r := range sn.DynamicRanges {
+		if r.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+func (sn Subnet) inReserved(ip netip.Addr) bool {
+	for _, r := range sn.ReservedRanges {
+		if r.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	bits := p.Bits()
+	for i := range b {
+		for j := 0; j < 8; j++ {
+			if i*8+j >= bits {
+				b[i] |= 0x80 >> j
+			}
+		}
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// freeAt reports whether ip is free for mac at now: no live record holds it
+// and it is not offered to another client.
+func (t *Tx) freeAt(st *ipamState, ip netip.Addr, mac string) (bool, error) {
+	a, found, err := t.address(ip)
+	if err != nil {
+		return false, err
+	}
+	if found && a.live(t.now) && a.MAC != mac {
+		return false, nil
+	}
+	if found && a.live(t.now) && a.Kind != KindDynamic {
+		return false, nil // a sticky/reserved address of this MAC is not "free"
+	}
+	if to := st.offeredTo(ip, t.now); to != "" && to != mac {
+		return false, nil
+	}
+	return true, nil
+}
+
+// maxScan bounds one search for a free address, so that a full /8 cannot
+// stall the committer.
+const maxScan = 1 << 16
+
+// nextDynamic finds a free address in sn's dynamic ranges, starting after
+// the last one handed out so that a released address is not reused at once.
+func (t *Tx) nextDynamic(st *ipamState, sn Subnet, mac string) (netip.Addr, error) {
+	var total uint64
+	for _, r := range sn.DynamicRanges {
+		total += rangeSize(r)
+	}
+	st.mu.Lock()
+	start, ok := st.cursor[sn.CIDR]
+	st.mu.Unlock()
+	if !ok || !sn.inDynamic(start) {
+		start = sn.DynamicRanges[0].Start
+	}
+	ip := start
+	for n := uint64(0); n < total && n < maxScan; n++ {
+		if sn.usable(ip) {
+			free, err := t.freeAt(st, ip, mac)
+			if err != nil {
+				return netip.Addr{}, err
+			}
+			if free {
+				st.mu.Lock()
+				st.cursor[sn.CIDR] = nextInRanges(sn.DynamicRanges, ip)
+				st.mu.Unlock()
+				return ip, nil
+			}
+		}
+		ip = nextInRanges(sn.DynamicRanges, ip)
+	}
+	return netip.Addr{}, errorf(CodeExhausted, "no free address in the dynamic ranges of %s", sn.CIDR)
+}
+
+// nextStatic finds a free address of sn outside its dynamic and reserved
+// ranges, lowest first, for sticky addresses and reservations.
+func (t *Tx) nextStatic(st *ipamState, sn Subnet) (netip.Addr, error) {
+	ip := sn.CIDR.Addr().Next()
+	for n := 0; n < maxScan && sn.CIDR.Contains(ip); n++ {
+		if sn.usable(ip) && !sn.inDynamic(ip) && !sn.inReserved(ip) {
+			free, err := t.freeAt(st, ip, "")
+			if err != nil {
+				return netip.Addr{}, err
+			}
+			if free {
+				return ip, nil
+			}
+		}
+		ip = ip.Next()
+	}
+	return netip.Addr{}, errorf(CodeExhausted, "no free static address in %s outside its dynamic and reserved ranges", sn.CIDR)
+}
+
+func rangeSize(r Range) uint64 {
+	a, b := r.Start.As16(), r.End.As16()
+	var x, y uint64
+	for i := 8; i < 16; i++ {
+		x = x<<8 | uint64(a[i])
+		y = y<<8 | uint64(b[i])
+	}
+	if y < x {
+		return 0
+	}
+	if y-x == ^uint64(0) {
+		return y - x
+	}
+	return y - x + 1
+}
+
+// nextInRanges is the address after ip, wrapping from one range to the next
+// and from the last to the first.
+func nextInRanges(rs []Range, ip netip.Addr) netip.Addr {
+	for i, r := range rs {
+		if r.Contains(ip) {
+			if n := ip.Next(); n.IsValid() && r.Contains(n) {
+				return n
+			}
+			return rs[(i+1)%len(rs)].Start
+		}
+	}
+	return rs[0].Start
+}
