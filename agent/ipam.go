@@ -224,6 +224,13 @@ func (a *Agent) assignIP(w http.ResponseWriter, r *http.Request, who store.Actor
 	if sreq.IP, err = parseAddr("ip", req.IP); err == nil {
 		sreq.Subnet, err = parsePrefix("subnet", req.Subnet)
 	}
+	if err == nil && !sreq.IP.IsValid() && !sreq.Alias {
+		// Asking again for "an address" is answered with the one it has.
+		if cur, ok := a.currentSticky(sreq.Machine, req.MAC, sreq.Subnet); ok {
+			writeJSON(w, http.StatusOK, addressView(cur))
+			return
+		}
+	}
 	if err == nil && !sreq.IP.IsValid() {
 		// No address asked for: probe the candidate first, as DHCP does.
 		sreq.IP, err = a.probedCandidate(r.Context(), sreq.Machine, req.MAC, sreq.Subnet)
@@ -251,6 +258,26 @@ func (a *Agent) removeIP(w http.ResponseWriter, r *http.Request, who store.Actor
 		return
 	}
 	writeJSON(w, http.StatusOK, addressView(addr))
+}
+
+// currentSticky returns the sticky address an interface already has (in
+// subnet, when given).
+func (a *Agent) currentSticky(machine, mac string, subnet netip.Prefix) (store.Address, bool) {
+	m, err := a.store.Machine(machine)
+	if err != nil {
+		return store.Address{}, false
+	}
+	mac, err = store.NormalizeMAC(mac)
+	if err != nil {
+		return store.Address{}, false
+	}
+	addrs, _ := a.store.MachineAddresses(m)
+	for _, x := range addrs {
+		if x.Kind == store.KindSticky && x.MAC == mac && (!subnet.IsValid() || x.Subnet == subnet.Masked()) {
+			return x, true
+		}
+	}
+	return store.Address{}, false
 }
 
 // Prober finds out whether an address is in use on a link rackd is on. The

@@ -129,6 +129,15 @@ func (s *Store) CreateMachine(ctx context.Context, actor Actor, nm NewMachine) (
 			if id := t.getRaw(bucketMACs, []byte(mac)); id != nil {
 				return errorf(CodeConflict, "MAC address %s already belongs to machine %s", mac, id)
 			}
+			recs, err := t.addressesOfMAC(mac)
+			if err != nil {
+				return err
+			}
+			for _, r := range recs {
+				if r.Kind == KindReserved {
+					return errorf(CodeConflict, "MAC address %s has the reservation %s (an unmanaged device): release it first", mac, r.IP)
+				}
+			}
 		}
 		id := newID()
 		for t.getRaw(bucketMachines, []byte(id)) != nil {

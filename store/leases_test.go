@@ -1,0 +1,858 @@
+package store_test
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"rackd/store"
+	"rackd/store/storetest"
+)
+
+// onePool is lab with a dynamic range of a single address, 10.0.0.100.
+func onePool() store.Subnet {
+	sn := lab()
+	sn.DynamicRanges = []store.Range{rng("10.0.0.100", "10.0.0.100")}
+	return sn
+}
+
+type ipamSetup func(t *testing.T, s *store.Store, clk *fakeClock)
+
+func TestDHCPOffer(t *testing.T) {
+	tests := map[string]struct {
+		setup ipamSetup
+		req   store.LeaseRequest
+		code  store.Code
+		want  string // the address offered; "" for any of lab's dynamic range but not
+		not   string
+		probe bool
+		lease time.Duration
+	}{
+		"first free address": {req: store.LeaseRequest{MAC: macA, Link: link}, want: "10.0.0.100", probe: true, lease: time.Hour},
+		"MAC normalised":     {req: store.LeaseRequest{MAC: "52-54-00-AA-00-01", Link: link}, want: "10.0.0.100", probe: true, lease: time.Hour},
+		"IPv4-mapped link":   {req: store.LeaseRequest{MAC: macA, Link: addr("::ffff:10.0.0.1")}, want: "10.0.0.100", probe: true, lease: time.Hour},
+		"relayed":            {req: store.LeaseRequest{MAC: macA, Link: link2}, want: "10.0.1.100", probe: true, lease: 2 * time.Hour},
+		"requested, free":    {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")}, want: "10.0.0.150", probe: true, lease: time.Hour},
+		"requested outside the dynamic range": {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.50")},
+			want: "10.0.0.100", probe: true, lease: time.Hour},
+		"requested in the reserved range": {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.205")},
+			want: "10.0.0.100", probe: true, lease: time.Hour},
+		"requested in another subnet": {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.1.150")},
+			want: "10.0.0.100", probe: true, lease: time.Hour},
+		"requested, leased to another": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) { lease(t, s, macB, link, "10.0.0.150") },
+			req:   store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")}, not: "10.0.0.150", probe: true, lease: time.Hour},
+		"requested, offered to another": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) {
+				mustOffer(t, s, store.LeaseRequest{MAC: macB, Link: link, IP: addr("10.0.0.150")})
+			},
+			req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")}, not: "10.0.0.150", probe: true, lease: time.Hour},
+		"requested, reserved": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) {
+				mustReserve(t, s, alice, store.ReserveRequest{IP: addr("10.0.0.150")})
+			},
+			req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")}, not: "10.0.0.150", probe: true, lease: time.Hour},
+		"requested, quarantined": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) { mustQuarantine(t, s, "10.0.0.150") },
+			req:   store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")}, not: "10.0.0.150", probe: true, lease: time.Hour},
+		"its live lease, no probe": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) { lease(t, s, macA, link, "10.0.0.150") },
+			req:   store.LeaseRequest{MAC: macA, Link: link}, want: "10.0.0.150", probe: false, lease: time.Hour},
+		"its live lease beats the requested address": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) { lease(t, s, macA, link, "10.0.0.150") },
+			req:   store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.160")}, want: "10.0.0.150", probe: false, lease: time.Hour},
+		"its expired lease, still free, probed again": {
+			setup: func(t *testing.T, s *store.Store, clk *fakeClock) {
+				lease(t, s, macA, link, "10.0.0.150")
+				clk.Advance(2 * time.Hour)
+			},
+			req: store.LeaseRequest{MAC: macA, Link: link}, want: "10.0.0.150", probe: true, lease: time.Hour},
+		"its expired lease, taken meanwhile": {
+			setup: func(t *testing.T, s *store.Store, clk *fakeClock) {
+				lease(t, s, macA, link, "10.0.0.150")
+				clk.Advance(2 * time.Hour)
+				lease(t, s, macB, link, "10.0.0.150")
+			},
+			req: store.LeaseRequest{MAC: macA, Link: link}, not: "10.0.0.150", probe: true, lease: time.Hour},
+		"no subnet on the link": {req: store.LeaseRequest{MAC: macA, Link: addr("192.168.9.1")}, code: store.CodeNoSubnet},
+		"no link":               {req: store.LeaseRequest{MAC: macA}, code: store.CodeNoSubnet},
+		"subnet without a dynamic range": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) {
+				mustSubnet(t, s, store.Subnet{CIDR: pfx("10.0.2.0/24")})
+			},
+			req: store.LeaseRequest{MAC: macA, Link: addr("10.0.2.1")}, code: store.CodeExhausted},
+		"bad MAC": {req: store.LeaseRequest{MAC: "xyz", Link: link}, code: store.CodeInvalid},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, clk := newIPAM(t, []store.Subnet{lab(), lab2()})
+			if tc.setup != nil {
+				tc.setup(t, s, clk)
+			}
+			before := addressMap(t, s)
+			g, err := s.DHCPOffer(bg, tc.req)
+			unchanged(t, s, before) // an offer writes nothing
+			if tc.code != "" {
+				wantCode(t, err, tc.code)
+				return
+			}
+			if err != nil {
+				t.Fatalf("DHCPOffer: %v", err)
+			}
+			ip := g.Address.IP
+			switch {
+			case tc.want != "" && ip != addr(tc.want):
+				t.Errorf("offered %s, want %s", ip, tc.want)
+			case tc.want == "" && (ip == addr(tc.not) || !lab().DynamicRanges[0].Contains(ip)):
+				t.Errorf("offered %s, want an address of lab's dynamic range other than %s", ip, tc.not)
+			}
+			if g.Address.MAC != macA || g.Address.Kind != store.KindDynamic || !g.Subnet.CIDR.Contains(ip) ||
+				g.Address.Subnet != g.Subnet.CIDR {
+				t.Errorf("grant %+v", g)
+			}
+			if g.Probe != tc.probe {
+				t.Errorf("Probe = %v, want %v", g.Probe, tc.probe)
+			}
+			if g.LeaseTime != tc.lease {
+				t.Errorf("lease time %s, want %s", g.LeaseTime, tc.lease)
+			}
+			if g.Name != "" {
+				t.Errorf("an unknown client is named %q", g.Name)
+			}
+		})
+	}
+}
+
+// TestOfferHold: an offered address is held for its client, for
+// IPAMOptions.OfferHold, and only for it.
+func TestOfferHold(t *testing.T) {
+	type step struct {
+		mac     string
+		lnk     netip.Addr // default link
+		ask     string
+		advance time.Duration // before the step
+		want    string
+	}
+	tests := map[string][]step{
+		"asking again gets the same address": {
+			{mac: macA, want: "10.0.0.100"},
+			{mac: macA, want: "10.0.0.100"},
+			{mac: macB, want: "10.0.0.101"},
+			{mac: macA, want: "10.0.0.100"},
+			{mac: macB, want: "10.0.0.101"},
+		},
+		"held from others": {
+			{mac: macA, want: "10.0.0.100"},
+			{mac: macC, ask: "10.0.0.100", want: "10.0.0.101"},
+			{mac: macA, ask: "10.0.0.100", want: "10.0.0.100"},
+		},
+		"hold expires": {
+			{mac: macA, want: "10.0.0.100"},
+			{mac: macC, ask: "10.0.0.100", advance: 29 * time.Second, want: "10.0.0.101"},
+			{mac: macC, ask: "10.0.0.100", advance: 2 * time.Second, want: "10.0.0.100"},
+			{mac: macA, want: "10.0.0.102"},
+		},
+		"asking for another address lets the first go": {
+			{mac: macA, want: "10.0.0.100"},
+			{mac: macA, ask: "10.0.0.150", want: "10.0.0.150"},
+			{mac: macC, ask: "10.0.0.100", want: "10.0.0.100"},
+			{mac: macA, want: "10.0.0.150"},
+		},
+		"one hold per subnet": {
+			{mac: macA, want: "10.0.0.100"},
+			{mac: macA, lnk: link2, want: "10.0.1.100"},
+			{mac: macA, want: "10.0.0.100"},
+			{mac: macA, lnk: link2, want: "10.0.1.100"},
+		},
+	}
+	for name, steps := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, clk := newIPAM(t, []store.Subnet{lab(), lab2()})
+			for i, st := range steps {
+				clk.Advance(st.advance)
+				req := store.LeaseRequest{MAC: st.mac, Link: link}
+				if st.lnk.IsValid() {
+					req.Link = st.lnk
+				}
+				if st.ask != "" {
+					req.IP = addr(st.ask)
+				}
+				g, err := s.DHCPOffer(bg, req)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if g.Address.IP != addr(st.want) {
+					t.Fatalf("step %d: %s (asking %q) was offered %s, want %s", i, st.mac, st.ask, g.Address.IP, st.want)
+				}
+			}
+			if ls := leaseMap(t, s); len(ls) != 0 {
+				t.Errorf("offers alone made leases: %v", ls)
+			}
+		})
+	}
+}
+
+func TestDHCPAck(t *testing.T) {
+	tests := map[string]struct {
+		setup ipamSetup
+		req   store.LeaseRequest
+		code  store.Code
+		lease time.Duration
+	}{
+		"the offered address": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) {
+				mustOffer(t, s, store.LeaseRequest{MAC: macA, Link: link})
+			},
+			req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.100")}, lease: time.Hour},
+		"INIT-REBOOT, free dynamic address": {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")}, lease: time.Hour},
+		"relayed":                           {req: store.LeaseRequest{MAC: macA, Link: link2, IP: addr("10.0.1.150")}, lease: 2 * time.Hour},
+		"address of another subnet":         {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.1.150")}, code: store.CodeNak},
+		"unmanaged address":                 {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("192.168.0.5")}, code: store.CodeNak},
+		"no address":                        {req: store.LeaseRequest{MAC: macA, Link: link}, code: store.CodeNak},
+		"outside the dynamic range":         {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.50")}, code: store.CodeNak},
+		"in the reserved range":             {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.205")}, code: store.CodeNak},
+		"the gateway":                       {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.1")}, code: store.CodeNak},
+		"leased to another MAC": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) { lease(t, s, macB, link, "10.0.0.150") },
+			req:   store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")}, code: store.CodeNak},
+		"expired lease of another MAC": {
+			setup: func(t *testing.T, s *store.Store, clk *fakeClock) {
+				lease(t, s, macB, link, "10.0.0.150")
+				clk.Advance(time.Hour)
+			},
+			req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")}, lease: time.Hour},
+		"offered to another MAC": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) {
+				mustOffer(t, s, store.LeaseRequest{MAC: macB, Link: link})
+			},
+			req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.100")}, code: store.CodeNak},
+		"offered to another MAC, hold expired": {
+			setup: func(t *testing.T, s *store.Store, clk *fakeClock) {
+				mustOffer(t, s, store.LeaseRequest{MAC: macB, Link: link})
+				clk.Advance(time.Minute)
+			},
+			req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.100")}, lease: time.Hour},
+		"quarantined": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) { mustQuarantine(t, s, "10.0.0.150") },
+			req:   store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")}, code: store.CodeNak},
+		"reserved inside the dynamic range": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) {
+				mustReserve(t, s, alice, store.ReserveRequest{IP: addr("10.0.0.150")})
+			},
+			req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")}, code: store.CodeNak},
+		"a machine's sticky address": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) {
+				machineWith(t, s, "web1", macWeb1)
+				mustAssign(t, s, store.AssignRequest{Machine: "web1", MAC: macWeb1, IP: addr("10.0.0.10")})
+			},
+			req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.10")}, code: store.CodeNak},
+		"no subnet on the link": {req: store.LeaseRequest{MAC: macA, Link: addr("192.168.9.1"), IP: addr("192.168.9.50")}, code: store.CodeNoSubnet},
+		"bad MAC":               {req: store.LeaseRequest{MAC: "52:54:00", Link: link, IP: addr("10.0.0.150")}, code: store.CodeInvalid},
+		"PXE":                   {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150"), PXE: true}, lease: 10 * time.Minute},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, clk := newIPAM(t, []store.Subnet{lab(), lab2()})
+			if tc.setup != nil {
+				tc.setup(t, s, clk)
+			}
+			before := addressMap(t, s)
+			g, err := s.DHCPAck(bg, tc.req)
+			if tc.code != "" {
+				wantCode(t, err, tc.code)
+				unchanged(t, s, before)
+				return
+			}
+			if err != nil {
+				t.Fatalf("DHCPAck: %v", err)
+			}
+			a := g.Address
+			if a.IP != tc.req.IP || a.MAC != macA || a.Kind != store.KindDynamic || g.Subnet.CIDR != a.Subnet || !a.Subnet.Contains(a.IP) {
+				t.Errorf("grant %+v", g)
+			}
+			if g.LeaseTime != tc.lease || !a.Expires.Equal(clk.Now().Add(tc.lease)) {
+				t.Errorf("lease time %s expiring %s, want %s from %s", g.LeaseTime, a.Expires, tc.lease, clk.Now())
+			}
+			if g.Probe {
+				t.Errorf("an ACK asks for a probe")
+			}
+			if got := leaseMap(t, s)[tc.req.IP]; got != macA {
+				t.Errorf("Leases() has %s for %q, want %s", tc.req.IP, got, macA)
+			}
+		})
+	}
+}
+
+// TestDHCPRenew: acking the same address again extends the lease and keeps
+// its creation time.
+func TestDHCPRenew(t *testing.T) {
+	s, clk := newIPAM(t, []store.Subnet{lab()})
+	first := mustAck(t, s, store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")})
+	clk.Advance(40 * time.Minute)
+	again := mustAck(t, s, store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")})
+	if want := t0.Add(40*time.Minute + time.Hour); !again.Address.Expires.Equal(want) {
+		t.Errorf("renewed lease expires %s, want %s", again.Address.Expires, want)
+	}
+	if !again.Address.Created.Equal(first.Address.Created) {
+		t.Errorf("renewal changed Created from %s to %s", first.Address.Created, again.Address.Created)
+	}
+	clk.Advance(59 * time.Minute) // past the first lease's end, inside the renewed one
+	ls, err := s.Leases()
+	if err != nil || len(ls) != 1 || !ls[0].Expires.Equal(again.Address.Expires) {
+		t.Fatalf("Leases() = %+v, %v", ls, err)
+	}
+	_, err = s.DHCPAck(bg, store.LeaseRequest{MAC: macB, Link: link, IP: addr("10.0.0.150")})
+	wantCode(t, err, store.CodeNak)
+}
+
+// TestOneLeasePerMAC: a client moving to another address of a subnet drops
+// the old one; leases in other subnets stay.
+func TestOneLeasePerMAC(t *testing.T) {
+	s, _ := newIPAM(t, []store.Subnet{lab(), lab2()})
+	lease(t, s, macA, link, "10.0.0.150")
+	lease(t, s, macA, link2, "10.0.1.150")
+	mustAck(t, s, store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.160")})
+	want := map[netip.Addr]string{addr("10.0.0.160"): macA, addr("10.0.1.150"): macA}
+	if got := leaseMap(t, s); !reflect.DeepEqual(got, want) {
+		t.Fatalf("leases %v, want %v", got, want)
+	}
+	// The old address is free for someone else at once.
+	mustAck(t, s, store.LeaseRequest{MAC: macB, Link: link, IP: addr("10.0.0.150")})
+	// And the client's next offer is its current lease.
+	if g := mustOffer(t, s, store.LeaseRequest{MAC: macA, Link: link}); g.Address.IP != addr("10.0.0.160") {
+		t.Errorf("offered %s, want its lease 10.0.0.160", g.Address.IP)
+	}
+}
+
+func TestPXELease(t *testing.T) {
+	tests := map[string]struct {
+		subnetLease int
+		pxeLease    time.Duration
+		pxe         bool
+		sticky      bool
+		want        time.Duration
+	}{
+		"PXE, default":             {3600, 0, true, false, 10 * time.Minute},
+		"PXE, configured":          {3600, 2 * time.Minute, true, false, 2 * time.Minute},
+		"not PXE":                  {3600, 2 * time.Minute, false, false, time.Hour},
+		"subnet lease shorter":     {300, 10 * time.Minute, true, false, 5 * time.Minute},
+		"known machine is not cut": {3600, 2 * time.Minute, true, true, time.Hour},
+		"equal":                    {600, 10 * time.Minute, true, false, 10 * time.Minute},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			sn := lab()
+			sn.LeaseSeconds = tc.subnetLease
+			s, clk := newIPAM(t, []store.Subnet{sn}, func(o *store.Options) { o.IPAM.PXELease = tc.pxeLease })
+			m := macA
+			if tc.sticky {
+				machineWith(t, s, "web1", macWeb1)
+				mustAssign(t, s, store.AssignRequest{Machine: "web1", MAC: macWeb1, IP: addr("10.0.0.10")})
+				m = macWeb1
+			}
+			o := mustOffer(t, s, store.LeaseRequest{MAC: m, Link: link, PXE: tc.pxe})
+			a := mustAck(t, s, store.LeaseRequest{MAC: m, Link: link, PXE: tc.pxe, IP: o.Address.IP})
+			if o.LeaseTime != tc.want || a.LeaseTime != tc.want {
+				t.Errorf("offer %s, ack %s; want %s", o.LeaseTime, a.LeaseTime, tc.want)
+			}
+			if !tc.sticky && !a.Address.Expires.Equal(clk.Now().Add(tc.want)) {
+				t.Errorf("lease expires %s, want %s", a.Address.Expires, clk.Now().Add(tc.want))
+			}
+		})
+	}
+}
+
+// TestLeaseExpiry: an expired lease is free for another client.
+func TestLeaseExpiry(t *testing.T) {
+	s, clk := newIPAM(t, []store.Subnet{onePool()})
+	lease(t, s, macA, link, "10.0.0.100")
+	clk.Advance(time.Hour - time.Second)
+	_, err := s.DHCPOffer(bg, store.LeaseRequest{MAC: macB, Link: link})
+	wantCode(t, err, store.CodeExhausted)
+	_, err = s.DHCPAck(bg, store.LeaseRequest{MAC: macB, Link: link, IP: addr("10.0.0.100")})
+	wantCode(t, err, store.CodeNak)
+
+	clk.Advance(time.Second) // the lease ends now
+	if ls := leaseMap(t, s); len(ls) != 0 {
+		t.Errorf("an expired lease is listed: %v", ls)
+	}
+	if got := lease(t, s, macB, link, ""); got != addr("10.0.0.100") {
+		t.Fatalf("got %s after the lease expired, want 10.0.0.100", got)
+	}
+	if ls := leaseMap(t, s); len(ls) != 1 || ls[addr("10.0.0.100")] != macB {
+		t.Errorf("leases %v, want 10.0.0.100 for %s", ls, macB)
+	}
+	// The first client, back, finds its address taken.
+	_, err = s.DHCPOffer(bg, store.LeaseRequest{MAC: macA, Link: link})
+	wantCode(t, err, store.CodeExhausted)
+}
+
+func TestExhausted(t *testing.T) {
+	two := lab()
+	two.DynamicRanges = []store.Range{rng("10.0.0.100", "10.0.0.101")}
+	tests := map[string]ipamSetup{
+		"offered": func(t *testing.T, s *store.Store, _ *fakeClock) {
+			mustOffer(t, s, store.LeaseRequest{MAC: macA, Link: link})
+			mustOffer(t, s, store.LeaseRequest{MAC: macB, Link: link})
+		},
+		"leased": func(t *testing.T, s *store.Store, _ *fakeClock) {
+			lease(t, s, macA, link, "")
+			lease(t, s, macB, link, "")
+		},
+		"quarantined": func(t *testing.T, s *store.Store, _ *fakeClock) {
+			mustQuarantine(t, s, "10.0.0.100")
+			mustQuarantine(t, s, "10.0.0.101")
+		},
+		"reserved and leased": func(t *testing.T, s *store.Store, _ *fakeClock) {
+			mustReserve(t, s, alice, store.ReserveRequest{IP: addr("10.0.0.101"), MAC: macSw})
+			lease(t, s, macA, link, "")
+		},
+	}
+	for name, setup := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, clk := newIPAM(t, []store.Subnet{two})
+			setup(t, s, clk)
+			_, err := s.DHCPOffer(bg, store.LeaseRequest{MAC: macC, Link: link})
+			wantCode(t, err, store.CodeExhausted)
+			_, err = s.DHCPOffer(bg, store.LeaseRequest{MAC: macC, Link: link, IP: addr("10.0.0.100")})
+			wantCode(t, err, store.CodeExhausted)
+		})
+	}
+}
+
+// TestKnownClients: a machine's interface gets its sticky address and a
+// reserved MAC its reservation, exactly, and nobody else gets either.
+func TestKnownClients(t *testing.T) {
+	const sticky, reserved = "10.0.0.10", "10.0.0.150" // the reservation lies in the dynamic range
+	tests := map[string]struct {
+		ack  bool
+		req  store.LeaseRequest
+		code store.Code
+		want string
+		name string
+	}{
+		"machine offered its sticky address":            {req: store.LeaseRequest{MAC: macWeb1, Link: link}, want: sticky, name: "web1"},
+		"machine asking for another is offered its own": {req: store.LeaseRequest{MAC: macWeb1, Link: link, IP: addr("10.0.0.120")}, want: sticky, name: "web1"},
+		"machine acked its sticky address":              {ack: true, req: store.LeaseRequest{MAC: macWeb1, Link: link, IP: addr(sticky)}, want: sticky, name: "web1"},
+		"machine acking a dynamic address":              {ack: true, req: store.LeaseRequest{MAC: macWeb1, Link: link, IP: addr("10.0.0.120")}, code: store.CodeNak},
+		"machine acking the reservation":                {ack: true, req: store.LeaseRequest{MAC: macWeb1, Link: link, IP: addr(reserved)}, code: store.CodeNak},
+		"machine on a subnet without its sticky":        {req: store.LeaseRequest{MAC: macWeb1, Link: link2}, want: "10.0.1.100"},
+		"switch offered its reservation":                {req: store.LeaseRequest{MAC: macSw, Link: link}, want: reserved, name: "sw1"},
+		"switch acked its reservation":                  {ack: true, req: store.LeaseRequest{MAC: macSw, Link: link, IP: addr(reserved)}, want: reserved, name: "sw1"},
+		"switch acking another address":                 {ack: true, req: store.LeaseRequest{MAC: macSw, Link: link, IP: addr("10.0.0.120")}, code: store.CodeNak},
+		"stranger acking the sticky address":            {ack: true, req: store.LeaseRequest{MAC: macA, Link: link, IP: addr(sticky)}, code: store.CodeNak},
+		"stranger acking the reservation":               {ack: true, req: store.LeaseRequest{MAC: macA, Link: link, IP: addr(reserved)}, code: store.CodeNak},
+		"stranger asking for the reservation":           {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr(reserved)}, want: "10.0.0.100"},
+		"stranger asking for the sticky address":        {req: store.LeaseRequest{MAC: macA, Link: link, IP: addr(sticky)}, want: "10.0.0.100"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := newIPAM(t, []store.Subnet{lab(), lab2()})
+			machineWith(t, s, "web1", macWeb1)
+			mustAssign(t, s, store.AssignRequest{Machine: "web1", MAC: macWeb1, IP: addr(sticky)})
+			mustReserve(t, s, alice, store.ReserveRequest{IP: addr(reserved), MAC: macSw, Hostname: "sw1"})
+			before := addressMap(t, s)
+			op := s.DHCPOffer
+			if tc.ack {
+				op = s.DHCPAck
+			}
+			g, err := op(bg, tc.req)
+			if tc.code != "" {
+				wantCode(t, err, tc.code)
+				unchanged(t, s, before)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Address.IP != addr(tc.want) || g.Name != tc.name {
+				t.Errorf("got %s named %q, want %s named %q", g.Address.IP, g.Name, tc.want, tc.name)
+			}
+			if known := tc.name != ""; known {
+				if g.Probe {
+					t.Error("a known client's own address is probed")
+				}
+				if g.LeaseTime != time.Hour {
+					t.Errorf("lease time %s, want the subnet's", g.LeaseTime)
+				}
+				// Answering a known client changes nothing.
+				unchanged(t, s, before)
+			}
+		})
+	}
+}
+
+func TestDHCPRelease(t *testing.T) {
+	tests := map[string]struct {
+		mac, ip string
+		code    store.Code
+		freed   bool
+	}{
+		"own lease":          {mac: macA, ip: "10.0.0.150", freed: true},
+		"own lease, mapped":  {mac: macA, ip: "::ffff:10.0.0.150", freed: true},
+		"another's lease":    {mac: macB, ip: "10.0.0.150"},
+		"its reservation":    {mac: macSw, ip: "10.0.0.30"},
+		"its sticky address": {mac: macWeb1, ip: "10.0.0.10"},
+		"a free address":     {mac: macA, ip: "10.0.0.160"},
+		"unmanaged address":  {mac: macA, ip: "192.168.0.1"},
+		"bad MAC":            {mac: "nope", ip: "10.0.0.150", code: store.CodeInvalid},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := newIPAM(t, []store.Subnet{lab()})
+			machineWith(t, s, "web1", macWeb1)
+			mustAssign(t, s, store.AssignRequest{Machine: "web1", MAC: macWeb1, IP: addr("10.0.0.10")})
+			mustReserve(t, s, alice, store.ReserveRequest{IP: addr("10.0.0.30"), MAC: macSw})
+			lease(t, s, macA, link, "10.0.0.150")
+			before := addressMap(t, s)
+			err := s.DHCPRelease(bg, tc.mac, addr(tc.ip))
+			if tc.code != "" {
+				wantCode(t, err, tc.code)
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.freed {
+				unchanged(t, s, before)
+				return
+			}
+			if ls := leaseMap(t, s); len(ls) != 0 {
+				t.Errorf("leases after release: %v", ls)
+			}
+			mustAck(t, s, store.LeaseRequest{MAC: macB, Link: link, IP: addr("10.0.0.150")})
+		})
+	}
+}
+
+// TestQuarantine: a declined or probed address is kept out of the pool
+// until the quarantine ends; sticky and reserved addresses are never
+// overwritten.
+func TestQuarantine(t *testing.T) {
+	const quarantine = 20 * time.Minute
+	tests := map[string]struct {
+		setup ipamSetup
+		act   func(s *store.Store) error
+		code  store.Code
+	}{
+		"client declines its lease": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) { lease(t, s, macA, link, "10.0.0.100") },
+			act:   func(s *store.Store) error { return s.DHCPDecline(bg, macA, addr("10.0.0.100")) },
+		},
+		"client declines its offer": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) {
+				mustOffer(t, s, store.LeaseRequest{MAC: macA, Link: link})
+			},
+			act: func(s *store.Store) error { return s.DHCPDecline(bg, macA, addr("10.0.0.100")) },
+		},
+		"client declines a free address": {
+			act: func(s *store.Store) error { return s.DHCPDecline(bg, macA, addr("10.0.0.100")) },
+		},
+		"client declines an expired lease of another": {
+			setup: func(t *testing.T, s *store.Store, clk *fakeClock) {
+				lease(t, s, macB, link, "10.0.0.100")
+				clk.Advance(time.Hour)
+			},
+			act: func(s *store.Store) error { return s.DHCPDecline(bg, macA, addr("10.0.0.100")) },
+		},
+		"probe answered": {
+			act: func(s *store.Store) error { return s.Quarantine(bg, addr("10.0.0.100"), "52:54:00:ee:ee:ee", "arp") },
+		},
+		"probe answered by a bad MAC": {
+			act: func(s *store.Store) error { return s.Quarantine(bg, addr("10.0.0.100"), "garbage", "arp") },
+		},
+		"probe answered for an offered address": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) {
+				mustOffer(t, s, store.LeaseRequest{MAC: macA, Link: link})
+			},
+			act: func(s *store.Store) error { return s.Quarantine(bg, addr("10.0.0.100"), "", "arp") },
+		},
+		"client declines another's lease": {
+			setup: func(t *testing.T, s *store.Store, _ *fakeClock) { lease(t, s, macB, link, "10.0.0.100") },
+			act:   func(s *store.Store) error { return s.DHCPDecline(bg, macA, addr("10.0.0.100")) },
+			code:  store.CodeIPInUse,
+		},
+		"machine declines its sticky address": {
+			act:  func(s *store.Store) error { return s.DHCPDecline(bg, macWeb1, addr("10.0.0.10")) },
+			code: store.CodeIPInUse,
+		},
+		"switch declines its reservation": {
+			act:  func(s *store.Store) error { return s.DHCPDecline(bg, macSw, addr("10.0.0.30")) },
+			code: store.CodeIPInUse,
+		},
+		"probe answered for a sticky address": {
+			act:  func(s *store.Store) error { return s.Quarantine(bg, addr("10.0.0.10"), "", "arp") },
+			code: store.CodeIPInUse,
+		},
+		"probe answered for a reservation": {
+			act:  func(s *store.Store) error { return s.Quarantine(bg, addr("10.0.0.30"), "", "arp") },
+			code: store.CodeIPInUse,
+		},
+		"unmanaged address": {
+			act:  func(s *store.Store) error { return s.Quarantine(bg, addr("192.168.0.1"), "", "arp") },
+			code: store.CodeNoSubnet,
+		},
+		"decline with a bad MAC": {
+			act:  func(s *store.Store) error { return s.DHCPDecline(bg, "x", addr("10.0.0.100")) },
+			code: store.CodeInvalid,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, clk := newIPAM(t, []store.Subnet{onePool()}, func(o *store.Options) { o.IPAM.Quarantine = quarantine })
+			machineWith(t, s, "web1", macWeb1)
+			mustAssign(t, s, store.AssignRequest{Machine: "web1", MAC: macWeb1, IP: addr("10.0.0.10")})
+			mustReserve(t, s, alice, store.ReserveRequest{IP: addr("10.0.0.30"), MAC: macSw, Hostname: "sw1"})
+			if tc.setup != nil {
+				tc.setup(t, s, clk)
+			}
+			before := addressMap(t, s)
+			err := tc.act(s)
+			if tc.code != "" {
+				wantCode(t, err, tc.code)
+				unchanged(t, s, before)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := clk.Now()
+			a, ok := addressMap(t, s)[addr("10.0.0.100")]
+			if !ok || a.Kind != store.KindDiscovered || !a.Expires.Equal(start.Add(quarantine)) {
+				t.Fatalf("10.0.0.100 is %+v, want discovered until %s", a, start.Add(quarantine))
+			}
+			if ls := leaseMap(t, s); len(ls) != 0 {
+				t.Errorf("leases %v", ls)
+			}
+			for _, m := range []string{macA, macB, macC} {
+				_, err := s.DHCPOffer(bg, store.LeaseRequest{MAC: m, Link: link, IP: addr("10.0.0.100")})
+				wantCode(t, err, store.CodeExhausted)
+			}
+			_, err = s.DHCPAck(bg, store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.100")})
+			wantCode(t, err, store.CodeNak)
+			_, err = s.Reserve(bg, alice, store.ReserveRequest{IP: addr("10.0.0.100")})
+			wantCode(t, err, store.CodeIPInUse)
+
+			clk.Advance(quarantine - time.Second)
+			_, err = s.DHCPOffer(bg, store.LeaseRequest{MAC: macC, Link: link})
+			wantCode(t, err, store.CodeExhausted)
+			clk.Advance(time.Second)
+			if got := lease(t, s, macC, link, ""); got != addr("10.0.0.100") {
+				t.Errorf("after the quarantine got %s, want 10.0.0.100", got)
+			}
+		})
+	}
+}
+
+// TestExpireAddresses: expired leases and quarantines are deleted; nothing
+// else is.
+func TestExpireAddresses(t *testing.T) {
+	s, clk := newIPAM(t, []store.Subnet{lab()})
+	machineWith(t, s, "web1", macWeb1)
+	mustAssign(t, s, store.AssignRequest{Machine: "web1", MAC: macWeb1, IP: addr("10.0.0.10")})
+	mustReserve(t, s, alice, store.ReserveRequest{IP: addr("10.0.0.30")})
+	lease(t, s, macA, link, "10.0.0.150")
+	mustQuarantine(t, s, "10.0.0.151")
+	if n, err := s.ExpireAddresses(bg); err != nil || n != 0 {
+		t.Fatalf("ExpireAddresses() = %d, %v before anything expired", n, err)
+	}
+	clk.Advance(30 * time.Minute)
+	lease(t, s, macB, link, "10.0.0.152") // still live at the end
+	clk.Advance(45 * time.Minute)
+	if n, err := s.ExpireAddresses(bg); err != nil || n != 2 {
+		t.Fatalf("ExpireAddresses() = %d, %v; want 2", n, err)
+	}
+	var got []string
+	for ip, a := range addressMap(t, s) {
+		got = append(got, ip.String()+" "+string(a.Kind))
+	}
+	slices.Sort(got)
+	if want := []string{"10.0.0.10 sticky", "10.0.0.152 dynamic", "10.0.0.30 reserved"}; !slices.Equal(got, want) {
+		t.Errorf("left %v, want %v", got, want)
+	}
+	// Its address is free for anyone.
+	mustAck(t, s, store.LeaseRequest{MAC: macC, Link: link, IP: addr("10.0.0.150")})
+}
+
+func TestPoolUsage(t *testing.T) {
+	s, clk := newIPAM(t, []store.Subnet{lab(), lab2()})
+	lease(t, s, macA, link, "")
+	lease(t, s, macB, link, "")
+	mustQuarantine(t, s, "10.0.0.190")
+	mustReserve(t, s, alice, store.ReserveRequest{IP: addr("10.0.0.191")})
+	mustReserve(t, s, alice, store.ReserveRequest{IP: addr("10.0.0.50")}) // not in the pool
+	mustOffer(t, s, store.LeaseRequest{MAC: macC, Link: link})            // not a use yet
+	lease(t, s, macA, link2, "")
+	got, err := s.PoolUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[netip.Prefix][2]uint64{labNet: {100, 4}, lab2Net: {100, 1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("PoolUsage() = %v, want %v", got, want)
+	}
+	clk.Advance(90 * time.Minute) // lab's leases and the quarantine are over
+	got, _ = s.PoolUsage()
+	if want := (map[netip.Prefix][2]uint64{labNet: {100, 1}, lab2Net: {100, 1}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("later PoolUsage() = %v, want %v (lab2's lease is 2h)", got, want)
+	}
+}
+
+// TestDHCPConcurrent: many clients at once, each offered and acked through
+// the group committer, get distinct addresses.
+func TestDHCPConcurrent(t *testing.T) {
+	sn := store.Subnet{CIDR: pfx("10.9.0.0/24"), Gateway: addr("10.9.0.254"), LeaseSeconds: 3600,
+		DynamicRanges: []store.Range{rng("10.9.0.1", "10.9.0.250")}}
+	s := storetest.New(t)
+	mustSubnet(t, s, sn)
+	lnk := addr("10.9.0.254")
+	const clients = 200
+	got := make([]netip.Addr, clients)
+	errs := make([]error, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() {
+			m := mac(0x10000 + i)
+			g, err := s.DHCPOffer(bg, store.LeaseRequest{MAC: m, Link: lnk, Hostname: fmt.Sprintf("client%d", i)})
+			if err != nil {
+				errs[i] = fmt.Errorf("offer: %w", err)
+				return
+			}
+			g2, err := s.DHCPAck(bg, store.LeaseRequest{MAC: m, Link: lnk, IP: g.Address.IP})
+			if err != nil {
+				errs[i] = fmt.Errorf("ack of %s: %w", g.Address.IP, err)
+				return
+			}
+			got[i] = g2.Address.IP
+		})
+	}
+	wg.Wait()
+	seen := map[netip.Addr]int{}
+	for i, ip := range got {
+		if errs[i] != nil {
+			t.Fatalf("client %d: %v", i, errs[i])
+		}
+		if j, dup := seen[ip]; dup {
+			t.Fatalf("clients %d and %d both got %s", j, i, ip)
+		}
+		if !sn.DynamicRanges[0].Contains(ip) {
+			t.Fatalf("client %d got %s, outside the pool", i, ip)
+		}
+		seen[ip] = i
+	}
+	ls := leaseMap(t, s)
+	if len(ls) != clients {
+		t.Errorf("%d leases, want %d", len(ls), clients)
+	}
+	for i, ip := range got {
+		if ls[ip] != mac(0x10000+i) {
+			t.Errorf("%s is leased to %q, want %s", ip, ls[ip], mac(0x10000+i))
+		}
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	usage, err := s.PoolUsage()
+	if err != nil || usage[sn.CIDR] != [2]uint64{250, clients} {
+		t.Errorf("PoolUsage() = %v, %v; want %v: [250 %d]", usage, err, sn.CIDR, clients)
+	}
+}
+
+// TestLeasesSurviveReopen: what was acked is on disk.
+func TestLeasesSurviveReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), store.FileName)
+	s, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSubnet(t, s, lab())
+	machineWith(t, s, "web1", macWeb1)
+	mustAssign(t, s, store.AssignRequest{Machine: "web1", MAC: macWeb1, IP: addr("10.0.0.10")})
+	mustReserve(t, s, alice, store.ReserveRequest{IP: addr("10.0.0.30"), MAC: macSw, Hostname: "sw1"})
+	acked := mustAck(t, s, store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150"), Hostname: "laptop"})
+	before := addressMap(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ls, err := s.Leases()
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("Leases() after reopen = %+v, %v", ls, err)
+	}
+	if l := ls[0]; l.IP != acked.Address.IP || l.MAC != macA || l.Hostname != "laptop" || !l.Expires.Equal(acked.Address.Expires) {
+		t.Errorf("lease after reopen %+v, want %+v", l, acked.Address)
+	}
+	unchanged(t, s, before)
+	if g := mustOffer(t, s, store.LeaseRequest{MAC: macA, Link: link}); g.Address.IP != acked.Address.IP || g.Probe {
+		t.Errorf("after reopen the client is offered %s (probe %v), want its lease %s", g.Address.IP, g.Probe, acked.Address.IP)
+	}
+	if g := mustOffer(t, s, store.LeaseRequest{MAC: macWeb1, Link: link}); g.Address.IP != addr("10.0.0.10") || g.Name != "web1" {
+		t.Errorf("after reopen the machine is offered %s named %q", g.Address.IP, g.Name)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeclineRacesAck: a DHCPDECLINE checked while another client's ACK of
+// the same address waits in the committer must not quarantine that
+// client's fresh lease: either the decline comes first (and the ACK is
+// refused) or the ACK does (and the decline is).
+func TestDeclineRacesAck(t *testing.T) {
+	var armed atomic.Bool
+	entered, gate := make(chan struct{}), make(chan struct{})
+	s, _ := newIPAM(t, []store.Subnet{onePool()}, func(o *store.Options) {
+		o.OnCommit = func(int, time.Duration) {
+			if armed.CompareAndSwap(true, false) {
+				close(entered)
+				<-gate // hold the committer
+			}
+		}
+	})
+	armed.Store(true)
+	var wg sync.WaitGroup
+	var reserveErr, ackErr, declineErr error
+	wg.Go(func() { _, reserveErr = s.Reserve(bg, alice, store.ReserveRequest{IP: addr("10.0.0.30")}) })
+	<-entered
+	wg.Go(func() { _, ackErr = s.DHCPAck(bg, store.LeaseRequest{MAC: macB, Link: link, IP: addr("10.0.0.100")}) })
+	time.Sleep(20 * time.Millisecond) // the ACK is queued
+	wg.Go(func() { declineErr = s.DHCPDecline(bg, macA, addr("10.0.0.100")) })
+	time.Sleep(20 * time.Millisecond) // the decline has looked and is queued
+	close(gate)
+	wg.Wait()
+	if reserveErr != nil {
+		t.Fatal(reserveErr)
+	}
+	a := addressMap(t, s)[addr("10.0.0.100")]
+	switch {
+	case ackErr == nil:
+		wantCode(t, declineErr, store.CodeIPInUse)
+		if a.Kind != store.KindDynamic || a.MAC != macB {
+			t.Errorf("the acked lease became %+v", a)
+		}
+	case declineErr == nil:
+		wantCode(t, ackErr, store.CodeNak)
+		if a.Kind != store.KindDiscovered {
+			t.Errorf("the declined address is %+v", a)
+		}
+	default:
+		t.Errorf("both refused: ack %v, decline %v", ackErr, declineErr)
+	}
+}
