@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"rackd/netboot/dns"
 	"rackd/store"
 )
 
@@ -39,6 +40,7 @@ type Agent struct {
 	// prober checks addresses before they are first handed out; nil when no
 	// DHCP interface is configured.
 	prober Prober
+	dns    *dns.Server
 }
 
 // New opens the store under cfg.StateDir and, on a new database, creates the
@@ -63,6 +65,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.store = s
+	if cfg.DNS.Listen != "" {
+		a.dns = dns.New(dns.Config{Listen: cfg.DNS.Listen, TTL: time.Duration(cfg.DNS.TTL)},
+			dnsZone{s}, log.With("service", "dns"), a.metrics.reg)
+	}
 	if err := a.ensureAdmin(); err != nil {
 		s.Close()
 		return nil, err
@@ -169,6 +175,21 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		return nil
 	})
+	if a.dns != nil {
+		g.Go(func() error {
+			if err := a.dns.Serve(gctx); err != nil {
+				return fmt.Errorf("dns: %w", err)
+			}
+			return nil
+		})
+		go func() {
+			select {
+			case <-a.dns.Ready():
+				a.log.Info("dns serving", "addr", a.dns.Addr().String())
+			case <-gctx.Done():
+			}
+		}()
+	}
 	g.Go(func() error { a.watchdog(gctx); return nil })
 	g.Go(func() error { a.releaser(gctx); return nil })
 	a.log.Info("rackd serving", "url", "http://"+ln.Addr().String(), "version", Version,

@@ -1,0 +1,100 @@
+package dns
+
+import (
+	"errors"
+
+	miekg "github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const (
+	namespace = "rackd"
+	subsystem = "dns"
+)
+
+// metrics are the server's series. They are registered on the registerer
+// New is given (none when nil), never on a global one.
+type metrics struct {
+	queries   *prometheus.CounterVec
+	duration  prometheus.Histogram
+	dropped   prometheus.Counter
+	malformed prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "queries_total",
+			Help: "DNS messages answered, by query type and response code.",
+		}, []string{"qtype", "rcode"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "query_duration_seconds",
+			Help:    "Time from a parsed DNS query to its reply being written.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2.5, 12),
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "dropped_total",
+			Help: "UDP queries dropped unanswered because too many were in flight.",
+		}),
+		malformed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "malformed_total",
+			Help: "Messages that could not be parsed (answered FORMERR when the header was readable, else dropped).",
+		}),
+	}
+	// The series a dashboard expects exist at 0 from the start.
+	for _, t := range []string{"A", "AAAA", "PTR"} {
+		for _, rc := range []int{miekg.RcodeSuccess, miekg.RcodeNameError} {
+			m.queries.WithLabelValues(t, miekg.RcodeToString[rc])
+		}
+	}
+	if reg != nil {
+		m.queries = register(reg, m.queries)
+		m.duration = register(reg, m.duration)
+		m.dropped = register(reg, m.dropped)
+		m.malformed = register(reg, m.malformed)
+	}
+	return m
+}
+
+// register registers c, or returns the collector already registered under
+// the same description, so that two servers (one per listen address, say)
+// can share one registry and add up into the same series.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	// A name clash with a different kind of metric is a programming error,
+	// as it is for MustRegister.
+	panic(err)
+}
+
+// qtypeLabel is the qtype label of a request: "none" when it has no single
+// question, "other" for the types rackd never serves. The label is bounded on
+// purpose: a query may carry any of 65536 types, and each must not become a
+// series of its own.
+func qtypeLabel(req *miekg.Msg) string {
+	if len(req.Question) != 1 {
+		return "none"
+	}
+	switch t := req.Question[0].Qtype; t {
+	case miekg.TypeA, miekg.TypeAAAA, miekg.TypePTR, miekg.TypeANY,
+		miekg.TypeSOA, miekg.TypeNS, miekg.TypeAXFR, miekg.TypeIXFR:
+		return miekg.TypeToString[t]
+	}
+	return "other"
+}
+
+// rcodeLabel names an rcode, extended ones (BADVERS) included.
+func rcodeLabel(rcode int) string {
+	if s, ok := miekg.RcodeToString[rcode]; ok {
+		return s
+	}
+	return "other"
+}
