@@ -3,8 +3,17 @@
 set -euo pipefail
 
 need=()
-command -v promtool >/dev/null 2>&1 || need+=(prometheus)   # promtool lints /metrics
-command -v gcc >/dev/null 2>&1 || need+=(gcc)                # go test -race needs cgo
+# command -> the Debian package that has it
+while read -r cmd pkg; do
+	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+done <<'LIST'
+promtool prometheus
+gcc gcc
+ip iproute2
+dig bind9-dnsutils
+dhclient isc-dhcp-client
+udhcpc udhcpc
+LIST
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0
