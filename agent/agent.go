@@ -17,6 +17,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"rackd/netboot/arp"
+	"rackd/netboot/dhcp"
 	"rackd/netboot/dns"
 	"rackd/store"
 )
@@ -41,6 +43,8 @@ type Agent struct {
 	// DHCP interface is configured.
 	prober Prober
 	dns    *dns.Server
+	dhcp   *dhcp.Server
+	arp    *arp.Set
 }
 
 // New opens the store under cfg.StateDir and, on a new database, creates the
@@ -68,6 +72,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if cfg.DNS.Listen != "" {
 		a.dns = dns.New(dns.Config{Listen: cfg.DNS.Listen, TTL: time.Duration(cfg.DNS.TTL)},
 			dnsZone{s}, log.With("service", "dns"), a.metrics.reg)
+	}
+	if a.dhcp, err = a.newDHCP(cfg); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("dhcp: %w", err)
 	}
 	if err := a.ensureAdmin(); err != nil {
 		s.Close()
@@ -175,6 +183,15 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		return nil
 	})
+	if a.dhcp != nil {
+		g.Go(func() error {
+			if err := a.dhcp.Serve(gctx); err != nil && gctx.Err() == nil {
+				return fmt.Errorf("dhcp: %w", err)
+			}
+			return nil
+		})
+		a.log.Info("dhcp serving", "interfaces", a.cfg.DHCP.Interfaces, "listen", a.cfg.DHCP.Listen)
+	}
 	if a.dns != nil {
 		g.Go(func() error {
 			if err := a.dns.Serve(gctx); err != nil {
@@ -195,6 +212,9 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	a.log.Info("rackd serving", "url", "http://"+ln.Addr().String(), "version", Version,
 		"state_dir", a.cfg.StateDir, "admin_token", a.AdminTokenPath())
 	err := g.Wait()
+	if a.arp != nil {
+		a.arp.Close()
+	}
 	if cerr := a.store.Close(); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 	}
@@ -202,8 +222,13 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// Close releases the store of an agent that never served.
-func (a *Agent) Close() error { return a.store.Close() }
+// Close releases the store (and probers) of an agent that never served.
+func (a *Agent) Close() error {
+	if a.arp != nil {
+		a.arp.Close()
+	}
+	return a.store.Close()
+}
 
 // watchdog fails machines stuck in COMMISSIONING or DEPLOYING and resumes
 // releases that a restart interrupted.

@@ -162,10 +162,8 @@ func (c Config) Validate() error {
 	if c.DHCP.Workers < 0 || c.DHCP.Queue < 1 {
 		errs = append(errs, errors.New("dhcp.workers must be >= 0 and dhcp.queue >= 1"))
 	}
-	for _, l := range c.DHCP.Listen {
-		if _, err := netip.ParseAddrPort(l); err != nil {
-			errs = append(errs, fmt.Errorf("dhcp.listen %q: want IP:PORT", l))
-		}
+	if _, _, err := c.dhcpAddrs(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.DHCP.NextServer != "" {
 		if _, err := netip.ParseAddr(c.DHCP.NextServer); err != nil {
@@ -183,4 +181,30 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// dhcpAddrs parses dhcp.listen: addresses written "IP" or "IP:PORT"; all
+// must use one port (67 when none is given).
+func (c Config) dhcpAddrs() ([]netip.Addr, int, error) {
+	var addrs []netip.Addr
+	port := 0
+	for _, l := range c.DHCP.Listen {
+		ap, err := netip.ParseAddrPort(l)
+		if err != nil {
+			ip, err2 := netip.ParseAddr(l)
+			if err2 != nil || !ip.Is4() {
+				return nil, 0, fmt.Errorf("dhcp.listen %q: want an IPv4 address, optionally with :PORT", l)
+			}
+			ap = netip.AddrPortFrom(ip, 67)
+		}
+		if port != 0 && int(ap.Port()) != port {
+			return nil, 0, fmt.Errorf("dhcp.listen: all addresses must use the same port")
+		}
+		port = int(ap.Port())
+		addrs = append(addrs, ap.Addr())
+	}
+	if port == 0 {
+		port = 67
+	}
+	return addrs, port, nil
 }

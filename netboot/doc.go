@@ -1,4 +1,7 @@
-// Package netboot will hold the boot domain types (architecture, firmware,
-// boot spec) shared by rackd's DHCP, TFTP and HTTP boot servers, which live
-// in its sub-packages. See DESIGN.md sections 2 and 3; not built yet.
+// Package netboot holds the boot domain shared by rackd's DHCP, TFTP and
+// HTTP boot servers, which live in its sub-packages: the client
+// architectures of DHCP option 93 (RFC 4578), and ChooseBoot, the one
+// function that decides which loader a network-booting client fetches
+// (pxelinux for BIOS, shim or grub for UEFI, a URL for UEFI HTTP boot, an
+// HTTP script for iPXE). See DESIGN.md sections 2 and 3.
 package netboot

@@ -12,6 +12,7 @@ gcc gcc
 ip iproute2
 dig bind9-dnsutils
 dhclient isc-dhcp-client
+perfdhcp kea-admin
 udhcpc udhcpc
 LIST
 

@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"rackd/netboot"
+	"rackd/netboot/arp"
+	"rackd/netboot/dhcp"
+)
+
+// newDHCP builds the DHCP server and the ARP probers the configuration
+// asks for; nil when DHCP is off.
+func (a *Agent) newDHCP(cfg Config) (*dhcp.Server, error) {
+	addrs, port, err := cfg.dhcpAddrs()
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.DHCP.Interfaces) == 0 && len(addrs) == 0 {
+		return nil, nil
+	}
+	var prober dhcp.Prober // stays a nil interface when probing is off
+	if len(cfg.DHCP.Interfaces) > 0 && cfg.DHCP.ProbeTimeout > 0 {
+		set, err := arp.ListenSet(cfg.DHCP.Interfaces, arp.Config{Timeout: time.Duration(cfg.DHCP.ProbeTimeout)})
+		if err != nil {
+			return nil, fmt.Errorf("arp probing on %v: %w", cfg.DHCP.Interfaces, err)
+		}
+		a.arp = set
+		prober = set
+		a.prober = &onLinkProber{set: set, ifaces: cfg.DHCP.Interfaces}
+	}
+	boot := netboot.BootConfig{HTTPBase: cfg.DHCP.HTTPURL}
+	if cfg.DHCP.NextServer != "" {
+		boot.TFTPServer = netip.MustParseAddr(cfg.DHCP.NextServer) // validated
+	}
+	if _, p, err := net.SplitHostPort(cfg.Listen); err == nil {
+		boot.HTTPPort, _ = strconv.Atoi(p)
+	}
+	srv, err := dhcp.New(dhcp.Config{Interfaces: cfg.DHCP.Interfaces, Addrs: addrs, Port: port,
+		Workers: cfg.DHCP.Workers, QueueSize: cfg.DHCP.Queue},
+		dhcpLeases{a.store}, prober, boot, a.log.With("service", "dhcp"), a.metrics.reg)
+	if err != nil {
+		if a.arp != nil {
+			a.arp.Close()
+		}
+		return nil, err
+	}
+	return srv, nil
+}
+
+// onLinkProber probes an address on the DHCP interface whose network holds
+// it; an address on no such link is not probed.
+type onLinkProber struct {
+	set    *arp.Set
+	ifaces []string
+}
+
+func (p *onLinkProber) InUse(ctx context.Context, ip netip.Addr) (string, bool, error) {
+	for _, name := range p.ifaces {
+		ifc, err := net.InterfaceByName(name)
+		if err != nil {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, ad := range addrs {
+			n, ok := ad.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			pfx, err := netip.ParsePrefix(n.String())
+			if err != nil || !pfx.Masked().Contains(ip) {
+				continue
+			}
+			mac, inUse, err := p.set.Probe(ctx, name, ip)
+			if err != nil || !inUse {
+				return "", false, err
+			}
+			return mac.String(), true, nil
+		}
+	}
+	return "", false, nil
+}

@@ -1,0 +1,328 @@
+package dhcp
+
+// The socket loop is our own rather than insomniacslk's server4, which
+// serves one socket with no notion of the interface a packet came in on
+// (needed for the server identifier, the subnet of unrelayed clients and
+// the ARP probe), starts an unbounded goroutine per packet (a PXE storm of a
+// full rack would pile them up), cannot count what it drops, and opens its
+// socket with SO_REUSEPORT, which would let a second DHCP server on the host
+// silently share our port instead of failing to start. The packets
+// themselves are insomniacslk's dhcpv4.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"rackd/netboot"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultPort           = dhcpv4.ServerPort // 67
+	DefaultQueueSize      = 1024
+	DefaultRequestTimeout = 5 * time.Second
+)
+
+// maxPacket is the read buffer size: the largest UDP payload, so that no
+// oversized request is silently truncated into a different one.
+const maxPacket = 65535
+
+// Config is the DHCP server's configuration.
+type Config struct {
+	// Interfaces to serve on, by name: one socket each, bound to the
+	// device (SO_BINDTODEVICE) on 0.0.0.0:Port, so that broadcasts from
+	// directly attached clients arrive and replies leave by the same
+	// link. Each must have an IPv4 address (the server identifier).
+	Interfaces []string
+	// Addrs is the listen-on-address mode, for tests and benchmarks: a
+	// plain UDP socket bound to each address. Only unicast traffic
+	// arrives there, i.e. relayed requests (perfdhcp acts as a relay) and
+	// renewals; nothing is ARP-probed.
+	Addrs []netip.Addr
+	// Port is the server port (DefaultPort if 0). Replies always go to
+	// the standard ports 68 (client) and 67 (relay).
+	Port int
+	// Workers is the size of the worker pool (4×GOMAXPROCS if 0): workers
+	// wait on Leases (a durable ACK) and ARP probes, so more of them than
+	// CPUs keeps the CPUs busy.
+	Workers int
+	// QueueSize bounds the requests waiting for a worker
+	// (DefaultQueueSize if 0). A request that finds the queue full is
+	// dropped and counted: the client retransmits (RFC 2131 section
+	// 4.1), and a bounded queue keeps a storm from growing memory and
+	// latency without limit.
+	QueueSize int
+	// OfferAttempts bounds the addresses one DHCPDISCOVER may try when
+	// probes find them in use (DefaultOfferAttempts if 0).
+	OfferAttempts int
+	// RequestTimeout bounds the handling of one request
+	// (DefaultRequestTimeout if 0); a client retransmits after about 4 s
+	// anyway.
+	RequestTimeout time.Duration
+}
+
+// Conn is one socket the server reads requests from, and the interface it
+// stands for.
+type Conn struct {
+	// PC is the socket; the server closes it when it stops.
+	PC net.PacketConn
+	// In is the interface the socket serves.
+	In Interface
+}
+
+// Server is the DHCPv4 server: one reader per socket, a bounded queue and a
+// fixed pool of workers running the Handler, and the sending of replies to
+// where RFC 2131 section 4.1 says.
+type Server struct {
+	cfg     Config
+	h       *Handler
+	log     *slog.Logger
+	m       *metrics
+	jobs    chan job
+	started atomic.Bool
+}
+
+type job struct {
+	buf  []byte
+	conn Conn
+	at   time.Time
+}
+
+// New returns a server that answers from leases, probes with prober (nil:
+// no probing; pass an untyped nil, not a nil *arp.Set), and boots network
+// clients from boot. log may be nil (no
+// logs); the metrics are registered on reg (nil: not registered).
+func New(cfg Config, leases Leases, prober Prober, boot netboot.BootConfig, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if leases == nil {
+		return nil, errors.New("dhcp: no leases")
+	}
+	if cfg.Port == 0 {
+		cfg.Port = DefaultPort
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4 * runtime.GOMAXPROCS(0)
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = DefaultQueueSize
+	}
+	if cfg.OfferAttempts <= 0 {
+		cfg.OfferAttempts = DefaultOfferAttempts
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: log, jobs: make(chan job, cfg.QueueSize)}
+	m, err := newMetrics(reg, func() float64 { return float64(len(s.jobs)) })
+	if err != nil {
+		return nil, fmt.Errorf("dhcp: metrics: %w", err)
+	}
+	s.m = m
+	s.h = NewHandler(leases, prober, boot, log)
+	s.h.offerAttempts = cfg.OfferAttempts
+	s.h.m = m
+	return s, nil
+}
+
+// Serve opens the configured interfaces and addresses and serves them until
+// ctx ends (see ServeConns). It fails at once if any cannot be opened.
+func (s *Server) Serve(ctx context.Context) error {
+	if len(s.cfg.Interfaces) == 0 && len(s.cfg.Addrs) == 0 {
+		return errors.New("dhcp: no interfaces or addresses to serve")
+	}
+	var conns []Conn
+	closeAll := func() {
+		for _, c := range conns {
+			c.PC.Close()
+		}
+	}
+	for _, name := range s.cfg.Interfaces {
+		c, err := ListenInterface(name, s.cfg.Port)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		conns = append(conns, c)
+	}
+	for _, a := range s.cfg.Addrs {
+		c, err := ListenAddr(a, s.cfg.Port)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		conns = append(conns, c)
+	}
+	return s.ServeConns(ctx, conns)
+}
+
+// ServeConns serves requests on conns until ctx ends, then closes them and
+// returns nil once the workers are done. A socket that fails ends the whole
+// server with the error. A Server serves once.
+func (s *Server) ServeConns(ctx context.Context, conns []Conn) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("dhcp: server already started")
+	}
+	if len(conns) == 0 {
+		return errors.New("dhcp: no sockets to serve")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, c := range conns {
+		s.log.Info("dhcp: serving", "interface", c.In.Name, "addr", c.In.Addr, "local", c.PC.LocalAddr())
+	}
+
+	var workers sync.WaitGroup
+	for range s.cfg.Workers {
+		workers.Go(func() {
+			for j := range s.jobs {
+				s.handle(ctx, j)
+			}
+		})
+	}
+
+	// Closing the sockets is what unblocks the readers.
+	stopped := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		for _, c := range conns {
+			c.PC.Close()
+		}
+		close(stopped)
+	}()
+
+	var readers sync.WaitGroup
+	errc := make(chan error, len(conns))
+	for _, c := range conns {
+		readers.Go(func() {
+			if err := s.read(ctx, c); err != nil {
+				errc <- err
+				cancel()
+			}
+		})
+	}
+	readers.Wait()
+	cancel()
+	<-stopped
+	// No reader sends any more: let the workers drain and stop.
+	close(s.jobs)
+	workers.Wait()
+	close(errc)
+	return errors.Join(collect(errc)...)
+}
+
+func collect(errc <-chan error) []error {
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// read queues the packets of one socket until it is closed.
+func (s *Server) read(ctx context.Context, c Conn) error {
+	buf := make([]byte, maxPacket)
+	for {
+		n, _, err := c.PC.ReadFrom(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("dhcp: read on %s %v: %w", c.In.Name, c.In.Addr, err)
+		}
+		j := job{buf: append([]byte(nil), buf[:n]...), conn: c, at: time.Now()}
+		select {
+		case s.jobs <- j:
+		default:
+			s.m.drop(reasonQueueFull)
+		}
+	}
+}
+
+// handle parses one packet, runs the handler and sends the reply.
+func (s *Server) handle(ctx context.Context, j job) {
+	in := j.conn.In
+	req, err := dhcpv4.FromBytes(j.buf)
+	if err != nil {
+		s.m.received.WithLabelValues(typeInvalid).Inc()
+		s.m.drop(reasonMalformed)
+		s.log.Debug("dhcp: unparseable packet", "interface", in.Name, "len", len(j.buf), "err", err)
+		return
+	}
+	typ := typeLabel(req.MessageType())
+	s.m.received.WithLabelValues(typ).Inc()
+
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	reply, err := s.h.ServeDHCP(rctx, req, in)
+	cancel()
+	debug := s.log.Enabled(ctx, slog.LevelDebug)
+	switch {
+	case err != nil:
+		if reason, ok := dropReason(err); ok {
+			s.m.drop(reason)
+			s.m.observe(typ, outcomeDropped, 0, false)
+			if debug {
+				s.log.Debug("dhcp: dropped", "type", typ, "mac", req.ClientHWAddr.String(), "xid", req.TransactionID, "interface", in.Name, "reason", err)
+			}
+			return
+		}
+		s.m.observe(typ, outcomeError, 0, false)
+		if ctx.Err() == nil {
+			s.log.Warn("dhcp: request failed", "type", typ, "mac", req.ClientHWAddr.String(), "xid", req.TransactionID, "interface", in.Name, "err", err)
+		}
+		return
+	case reply == nil:
+		s.m.observe(typ, outcomeNone, 0, false)
+		if debug {
+			s.log.Debug("dhcp: handled", "type", typ, "mac", req.ClientHWAddr.String(), "xid", req.TransactionID, "interface", in.Name)
+		}
+		return
+	}
+	dst := replyAddr(req, reply)
+	if _, err := j.conn.PC.WriteTo(reply.ToBytes(), dst); err != nil {
+		s.m.observe(typ, outcomeError, 0, false)
+		if ctx.Err() == nil {
+			s.log.Warn("dhcp: send reply", "type", typ, "mac", req.ClientHWAddr.String(), "to", dst, "err", err)
+		}
+		return
+	}
+	outcome := replyOutcome(reply)
+	s.m.observe(typ, outcome, time.Since(j.at), true)
+	if debug {
+		s.log.Debug("dhcp: replied", "type", typ, "reply", outcome, "mac", req.ClientHWAddr.String(), "xid", req.TransactionID,
+			"interface", in.Name, "yiaddr", reply.YourIPAddr.String(), "to", dst)
+	}
+}
+
+// replyAddr is where RFC 2131 section 4.1 sends a reply: to the relay
+// (giaddr, port 67) if there is one; a DHCPNAK otherwise by broadcast; to
+// ciaddr if the client has an address (renewing, INFORM); else by broadcast
+// to port 68.
+//
+// Section 4.1 also allows unicasting to yiaddr when the client did not set
+// the broadcast bit; that needs the client's MAC in the ARP table before it
+// has answered ARP (a raw L2 send), and broadcast reaches every client, so
+// the broadcast is always used.
+func replyAddr(req, reply *dhcpv4.DHCPv4) *net.UDPAddr {
+	switch {
+	case isSet(req.GatewayIPAddr):
+		return &net.UDPAddr{IP: req.GatewayIPAddr.To4(), Port: dhcpv4.ServerPort}
+	case reply.MessageType() == dhcpv4.MessageTypeNak:
+		return &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+	case isSet(req.ClientIPAddr):
+		return &net.UDPAddr{IP: req.ClientIPAddr.To4(), Port: dhcpv4.ClientPort}
+	}
+	return &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+}

@@ -1,0 +1,279 @@
+package dhcp_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"rackd/netboot/dhcp"
+	"rackd/netboot/dhcp/dhcptest"
+)
+
+// memConn is a net.PacketConn fed and drained by the test.
+type memConn struct {
+	in     chan []byte
+	out    chan sent
+	closed chan struct{}
+	once   sync.Once
+}
+
+type sent struct {
+	msg *dhcpv4.DHCPv4
+	to  *net.UDPAddr
+}
+
+func newMemConn() *memConn {
+	return &memConn{in: make(chan []byte, 64), out: make(chan sent, 64), closed: make(chan struct{})}
+}
+
+func (c *memConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	select {
+	case p := <-c.in:
+		return copy(b, p), &net.UDPAddr{IP: net.IPv4zero, Port: 68}, nil
+	case <-c.closed:
+		return 0, nil, net.ErrClosed
+	}
+}
+
+func (c *memConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	m, err := dhcpv4.FromBytes(b)
+	if err != nil {
+		return 0, err
+	}
+	c.out <- sent{m, addr.(*net.UDPAddr)}
+	return len(b), nil
+}
+
+func (c *memConn) Close() error                       { c.once.Do(func() { close(c.closed) }); return nil }
+func (c *memConn) LocalAddr() net.Addr                { return &net.UDPAddr{IP: net.IPv4zero, Port: 67} }
+func (c *memConn) SetDeadline(t time.Time) error      { return nil }
+func (c *memConn) SetReadDeadline(t time.Time) error  { return nil }
+func (c *memConn) SetWriteDeadline(t time.Time) error { return nil }
+
+func (c *memConn) next(t *testing.T) sent {
+	t.Helper()
+	select {
+	case s := <-c.out:
+		return s
+	case <-time.After(5 * time.Second):
+		t.Fatal("no reply")
+		return sent{}
+	}
+}
+
+// startServer serves conn in the background until the test ends.
+func startServer(t *testing.T, cfg dhcp.Config, leases dhcp.Leases, conn *memConn) (*prometheus.Registry, func() error) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	srv, err := dhcp.New(cfg, leases, nil, bootCfg, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeConns(ctx, []dhcp.Conn{{PC: conn, In: eth0}}) }()
+	stop := sync.OnceValue(func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			return errors.New("server did not stop")
+		}
+	})
+	t.Cleanup(func() { stop() })
+	return reg, stop
+}
+
+// counter returns the value of the series of name with the given labels.
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !hasLabel(m, labels[i], labels[i+1]) {
+					continue metric
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
+}
+
+// TestServerDestinations checks where each kind of reply is sent (RFC 2131
+// section 4.1) and what is counted.
+func TestServerDestinations(t *testing.T) {
+	conn := newMemConn()
+	reg, stop := startServer(t, dhcp.Config{}, dhcptest.New(subnets()...), conn)
+
+	bcast68 := "255.255.255.255:68"
+	tests := []struct {
+		name string
+		req  *dhcpv4.DHCPv4
+		to   string
+		typ  dhcpv4.MessageType
+	}{
+		{"discover", discover(t, mac1), bcast68, dhcpv4.MessageTypeOffer},
+		{"relayed discover", discover(t, mac2, dhcpv4.WithRelay(relayAddr.AsSlice())), "10.1.0.1:67", dhcpv4.MessageTypeOffer},
+		{"init-reboot", request(t, mac1, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 100)))), bcast68, dhcpv4.MessageTypeAck},
+		{"renew", request(t, mac1, dhcpv4.WithClientIP(net.IPv4(10, 0, 0, 100))), "10.0.0.100:68", dhcpv4.MessageTypeAck},
+		{"nak with ciaddr is broadcast", request(t, mac2, dhcpv4.WithClientIP(net.IPv4(10, 0, 0, 100))), bcast68, dhcpv4.MessageTypeNak},
+		{"relayed nak goes to the relay", request(t, mac2, dhcpv4.WithRelay(relayAddr.AsSlice()),
+			dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 100)))), "10.1.0.1:67", dhcpv4.MessageTypeNak},
+		{"inform", request(t, mac2, dhcpv4.WithMessageType(dhcpv4.MessageTypeInform), dhcpv4.WithClientIP(net.IPv4(10, 0, 0, 50))),
+			"10.0.0.50:68", dhcpv4.MessageTypeAck},
+	}
+	for _, tt := range tests {
+		conn.in <- tt.req.ToBytes()
+		got := conn.next(t)
+		if got.to.String() != tt.to || got.msg.MessageType() != tt.typ || got.msg.TransactionID != tt.req.TransactionID {
+			t.Errorf("%s: %v sent to %v; want %v to %s", tt.name, got.msg.MessageType(), got.to, tt.typ, tt.to)
+		}
+	}
+	// No reply for these, but counted.
+	conn.in <- []byte("not dhcp")
+	conn.in <- request(t, mac1, dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease), dhcpv4.WithClientIP(net.IPv4(10, 0, 0, 100))).ToBytes()
+	conn.in <- request(t, mac1, dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IPv4(10, 0, 0, 9))),
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 100)))).ToBytes()
+	deadline := time.Now().Add(5 * time.Second)
+	for counter(t, reg, "rackd_dhcp_replies_total", "type", "release", "outcome", "none") != 1 ||
+		counter(t, reg, "rackd_dhcp_drops_total", "reason", "other_server") != 1 ||
+		counter(t, reg, "rackd_dhcp_drops_total", "reason", "malformed") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("release, other-server request and garbage not all counted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"rackd_dhcp_packets_received_total", []string{"type", "discover"}, 2},
+		{"rackd_dhcp_packets_received_total", []string{"type", "request"}, 5},
+		{"rackd_dhcp_packets_received_total", []string{"type", "inform"}, 1},
+		{"rackd_dhcp_packets_received_total", []string{"type", "release"}, 1},
+		{"rackd_dhcp_packets_received_total", []string{"type", "invalid"}, 1},
+		{"rackd_dhcp_replies_total", []string{"type", "discover", "outcome", "offer"}, 2},
+		{"rackd_dhcp_replies_total", []string{"type", "request", "outcome", "ack"}, 2},
+		{"rackd_dhcp_replies_total", []string{"type", "request", "outcome", "nak"}, 2},
+		{"rackd_dhcp_replies_total", []string{"type", "request", "outcome", "dropped"}, 1},
+		{"rackd_dhcp_replies_total", []string{"type", "inform", "outcome", "ack"}, 1},
+		{"rackd_dhcp_reply_duration_seconds", []string{"type", "discover"}, 2},
+		{"rackd_dhcp_reply_duration_seconds", []string{"type", "request"}, 4},
+		{"rackd_dhcp_drops_total", []string{"reason", "queue_full"}, 0},
+		{"rackd_dhcp_probe_conflicts_total", nil, 0},
+		{"rackd_dhcp_queue_length", nil, 0},
+	} {
+		if got := counter(t, reg, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
+// TestServerQueueFull: with the one worker stuck, one request waits in the
+// queue and the rest are dropped and counted; the server still stops.
+func TestServerQueueFull(t *testing.T) {
+	leases := dhcptest.New(subnets()...)
+	entered := make(chan struct{}, 100)
+	release := make(chan struct{})
+	leases.Fail = func(op string, _ dhcp.Request) error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	}
+	conn := newMemConn()
+	reg, stop := startServer(t, dhcp.Config{Workers: 1, QueueSize: 1}, leases, conn)
+	conn.in <- discover(t, mac1).ToBytes()
+	<-entered // the worker is busy
+	for range 9 {
+		conn.in <- discover(t, mac2).ToBytes()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for counter(t, reg, "rackd_dhcp_drops_total", "reason", "queue_full") != 8 {
+		if time.Now().After(deadline) {
+			t.Fatalf("queue_full drops = %v, want 8", counter(t, reg, "rackd_dhcp_drops_total", "reason", "queue_full"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if q := counter(t, reg, "rackd_dhcp_queue_length"); q != 1 {
+		t.Errorf("queue length %v, want 1", q)
+	}
+	close(release)
+	conn.next(t)
+	conn.next(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServerSocketError: a socket that fails (not by our closing it) ends
+// the server with the error.
+func TestServerSocketError(t *testing.T) {
+	srv, err := dhcp.New(dhcp.Config{}, dhcptest.New(subnets()...), nil, bootCfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := newMemConn()
+	conn.Close() // looks like a failure: the server did not close it
+	err = srv.ServeConns(context.Background(), []dhcp.Conn{{PC: conn, In: eth0}})
+	if !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("err = %v, want the read error", err)
+	}
+	if err := srv.ServeConns(context.Background(), []dhcp.Conn{{PC: newMemConn(), In: eth0}}); err == nil {
+		t.Fatal("second ServeConns accepted")
+	}
+}
+
+func TestNewRegistersOnce(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := dhcp.New(dhcp.Config{}, dhcptest.New(), nil, bootCfg, nil, reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dhcp.New(dhcp.Config{}, dhcptest.New(), nil, bootCfg, nil, reg); err == nil {
+		t.Fatal("two servers registered the same metrics")
+	}
+	if _, err := dhcp.New(dhcp.Config{}, nil, nil, bootCfg, nil, nil); err == nil {
+		t.Fatal("New without leases")
+	}
+	srv, _ := dhcp.New(dhcp.Config{}, dhcptest.New(), nil, bootCfg, nil, nil)
+	if err := srv.Serve(context.Background()); err == nil {
+		t.Fatal("Serve with nothing configured")
+	}
+}
