@@ -10,8 +10,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/mdlayher/packet"
+	"golang.org/x/sys/unix"
 )
 
 // etherTypeARP is ETH_P_ARP, the EtherType the socket is bound to.
@@ -54,7 +56,12 @@ type conn interface {
 // calls by sender IP address. It is safe for concurrent use.
 type Prober struct {
 	c       conn
-	mac     net.HardwareAddr
+	// mac is the interface's hardware address, read again before every
+	// probe by hwaddr (when set): a Linux bridge takes the lowest MAC of
+	// its ports whenever one joins, and a probe sent from a MAC the
+	// interface no longer owns gets its answers sent where nobody listens.
+	mac    atomic.Pointer[net.HardwareAddr]
+	hwaddr func() (net.HardwareAddr, error)
 	timeout time.Duration
 	probes  int
 
@@ -81,18 +88,52 @@ func Listen(ifname string, cfg Config) (*Prober, error) {
 	if err != nil {
 		return nil, fmt.Errorf("arp: listen on %s: %w", ifname, err)
 	}
-	return newProber(c, ifi.HardwareAddr, cfg), nil
+	p := newProber(c, ifi.HardwareAddr, cfg)
+	p.hwaddr = func() (net.HardwareAddr, error) { return socketHWAddr(c, ifname) }
+	return p, nil
+}
+
+// socketHWAddr asks the kernel for the interface's current hardware
+// address through the packet socket itself, so that the answer comes from
+// the socket's network namespace whatever thread asks.
+func socketHWAddr(c *packet.Conn, ifname string) (net.HardwareAddr, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var mac net.HardwareAddr
+	var ioErr error
+	err = rc.Control(func(fd uintptr) {
+		// struct ifreq with ifr_hwaddr (a struct sockaddr: family, then
+		// the address bytes), netdevice(7).
+		var req struct {
+			name   [unix.IFNAMSIZ]byte
+			family uint16
+			data   [14]byte
+			_      [8]byte
+		}
+		copy(req.name[:unix.IFNAMSIZ-1], ifname)
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, unix.SIOCGIFHWADDR, uintptr(unsafe.Pointer(&req))); errno != 0 {
+			ioErr = errno
+			return
+		}
+		mac = append(net.HardwareAddr(nil), req.data[:6]...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return mac, ioErr
 }
 
 func newProber(c conn, mac net.HardwareAddr, cfg Config) *Prober {
 	p := &Prober{
 		c:       c,
-		mac:     mac,
 		timeout: cfg.Timeout,
 		probes:  cfg.Probes,
 		waiters: make(map[netip.Addr][]chan net.HardwareAddr),
 		done:    make(chan struct{}),
 	}
+	p.mac.Store(&mac)
 	if p.timeout <= 0 {
 		p.timeout = DefaultTimeout
 	}
@@ -107,7 +148,12 @@ func newProber(c conn, mac net.HardwareAddr, cfg Config) *Prober {
 // hardware address if so. It returns early with ctx's error if ctx ends, and
 // with ErrClosed if the Prober is closed meanwhile.
 func (p *Prober) Probe(ctx context.Context, ip netip.Addr) (net.HardwareAddr, bool, error) {
-	frame, err := Probe(p.mac, ip).Marshal()
+	if p.hwaddr != nil {
+		if mac, err := p.hwaddr(); err == nil && len(mac) == 6 {
+			p.mac.Store(&mac)
+		}
+	}
+	frame, err := Probe(*p.mac.Load(), ip).Marshal()
 	if err != nil {
 		return nil, false, fmt.Errorf("arp: probe %v: %w", ip, err)
 	}
@@ -214,7 +260,7 @@ func (p *Prober) read() {
 		}
 		backoff = 0
 		pkt, err := Parse(buf[:n])
-		if err != nil || !pkt.SenderIP.IsValid() || pkt.SenderIP.IsUnspecified() || bytes.Equal(pkt.SenderMAC, p.mac) {
+		if err != nil || !pkt.SenderIP.IsValid() || pkt.SenderIP.IsUnspecified() || bytes.Equal(pkt.SenderMAC, *p.mac.Load()) {
 			continue
 		}
 		p.mu.Lock()

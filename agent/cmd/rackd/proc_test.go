@@ -88,8 +88,25 @@ func (b *syncBuffer) String() string {
 // it serves. The process is killed (by its PID) when the test ends.
 func startDaemon(t *testing.T, stateDir string, extra ...string) *daemon {
 	t.Helper()
+	return launchDaemon(t, nil, stateDir, extra...)
+}
+
+// startDaemonIn is startDaemon inside the network namespace named netns:
+// "ip netns exec" execs rackd in place, so the child's PID is rackd's own
+// and kill/stop signal rackd itself. Its 127.0.0.1 is the namespace's
+// loopback: reach the API with a client that dials inside the namespace.
+func startDaemonIn(t *testing.T, netns, stateDir string, extra ...string) *daemon {
+	t.Helper()
+	return launchDaemon(t, []string{"ip", "netns", "exec", netns}, stateDir, extra...)
+}
+
+// launchDaemon runs rackd serve, prefixed by the wrapper command prefix
+// (none when empty), and waits until it serves.
+func launchDaemon(t *testing.T, prefix []string, stateDir string, extra ...string) *daemon {
+	t.Helper()
 	args := append([]string{"serve", "--state-dir", stateDir, "--listen", "127.0.0.1:0", "--log-format", "json"}, extra...)
-	cmd := exec.Command(rackdBinary(t), args...)
+	argv := append(append(append([]string{}, prefix...), rackdBinary(t)), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	pr, pw := io.Pipe()
 	d := &daemon{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = io.MultiWriter(pw, d.stderr)
