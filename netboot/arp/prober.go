@@ -55,13 +55,13 @@ type conn interface {
 // many probes are in flight: answers are dispatched to the waiting Probe
 // calls by sender IP address. It is safe for concurrent use.
 type Prober struct {
-	c       conn
+	c conn
 	// mac is the interface's hardware address, read again before every
 	// probe by hwaddr (when set): a Linux bridge takes the lowest MAC of
 	// its ports whenever one joins, and a probe sent from a MAC the
 	// interface no longer owns gets its answers sent where nobody listens.
-	mac    atomic.Pointer[net.HardwareAddr]
-	hwaddr func() (net.HardwareAddr, error)
+	mac     atomic.Pointer[net.HardwareAddr]
+	hwaddr  func() (net.HardwareAddr, error)
 	timeout time.Duration
 	probes  int
 
