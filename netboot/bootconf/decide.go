@@ -1,0 +1,185 @@
+package bootconf
+
+import (
+	"context"
+	"fmt"
+)
+
+// MachineInfo is what the store knows about a machine, as far as booting
+// is concerned.
+type MachineInfo struct {
+	// ID is the machine's store ID, passed to the environment as
+	// rackd.machine=<ID>.
+	ID string
+	// Hostname is shown in comments, menu titles and messages.
+	Hostname string
+	// State is the lifecycle state as the API spells it ("DEPLOYING").
+	State string
+	// Arch is the machine's architecture ("amd64", "arm64"); empty means
+	// amd64, the store's default.
+	Arch string
+	// Image is the name of the image to deploy; it matters only while the
+	// machine is DEPLOYING.
+	Image string
+	// Token is a per-machine credential for the environment, put on the
+	// kernel command line as rackd.token=<Token> when not empty. Anyone
+	// who can fetch the machine's config can read it, so the agent should
+	// hand out only short-lived, single-purpose tokens.
+	Token string
+}
+
+// Environment is a bootable kernel with its initrds and arguments. Paths
+// are relative to the boot tree that TFTP and HTTP /boot/ serve.
+type Environment struct {
+	// Kernel is the kernel's path, e.g. "images/3f2a…/vmlinuz". Empty
+	// means the environment is not imported.
+	Kernel string
+	// Initrds are the initrd paths, loaded in order (the kernel
+	// concatenates them, so microcode comes first).
+	Initrds []string
+	// Args are kernel command-line arguments, one word each
+	// ("console=ttyS0,115200"). Quoted values with spaces are not
+	// supported: see the package documentation.
+	Args []string
+}
+
+// Available reports whether the environment is imported and can boot.
+func (e Environment) Available() bool { return e.Kernel != "" }
+
+// Environments are the bootable environments of one architecture, by
+// purpose. A zero Environment (or a missing deploy image) means "not
+// imported yet".
+type Environments struct {
+	// Enlist boots unknown machines: the enlistment initramfs.
+	Enlist Environment
+	// Commission boots COMMISSIONING machines.
+	Commission Environment
+	// Deploy holds the deploy environments by image name.
+	Deploy map[string]Environment
+}
+
+// Source is what rendering needs from the rest of rackd; the agent
+// implements it over the store and the images registry. It is read on every
+// request and must answer from memory quickly: firmware gives up on a slow
+// per-MAC config and falls back to the default one.
+type Source interface {
+	// Machine returns the machine owning mac (lower-case colon form), and
+	// false when no machine has it.
+	Machine(ctx context.Context, mac string) (MachineInfo, bool, error)
+	// Environments returns the environments imported for arch.
+	Environments(ctx context.Context, arch string) (Environments, error)
+}
+
+// Mode is what a machine boots.
+type Mode string
+
+// The modes. Enlist, commission and deploy boot a kernel and are passed to
+// it as rackd.mode=<mode>; local boots from the machine's own disk.
+const (
+	ModeEnlist     Mode = "enlist"
+	ModeCommission Mode = "commission"
+	ModeDeploy     Mode = "deploy"
+	ModeLocal      Mode = "local"
+)
+
+// Lifecycle states that boot something other than the local disk, as the
+// store spells them (store.State; this package does not import store so
+// that dependencies keep pointing inwards).
+const (
+	stateCommissioning = "COMMISSIONING"
+	stateDeploying     = "DEPLOYING"
+)
+
+// Decision is what a machine boots.
+type Decision struct {
+	// Mode is what the machine should boot.
+	Mode Mode
+	// Env is the environment for Mode; zero for ModeLocal and when Missing
+	// is set.
+	Env Environment
+	// Missing, when not empty, says that the environment Mode needs is not
+	// available (no image imported yet); the config prints it and boots
+	// from local disk instead, so that a machine is never left with a
+	// broken config.
+	Missing string
+	// Known reports whether the MAC belongs to a machine in the store.
+	Known bool
+	// Machine is the machine the decision is for (zero when unknown).
+	Machine MachineInfo
+	// Arch is the architecture the environments were chosen for.
+	Arch string
+}
+
+// Boots reports whether the decision boots a kernel rather than the local
+// disk.
+func (d Decision) Boots() bool { return d.Mode != ModeLocal && d.Missing == "" }
+
+// Decide is the boot decision: from what the store knows about a machine
+// (known false: the MAC is unknown) and the environments of its
+// architecture, what the machine boots. For an unknown MAC only m.Arch is
+// read: the architecture being rendered, which the caller chose. It is
+// pure, so every route (TFTP, HTTP, each loader's language) that uses it
+// agrees.
+func Decide(m MachineInfo, known bool, env Environments) Decision {
+	arch := m.Arch
+	if arch == "" {
+		arch = DefaultArch
+	}
+	if !known {
+		d := Decision{Mode: ModeEnlist, Arch: arch}
+		if !env.Enlist.Available() {
+			d.Missing = fmt.Sprintf("rackd: no enlistment environment is imported for %s: booting from local disk", arch)
+		} else {
+			d.Env = env.Enlist
+		}
+		return d
+	}
+	d := Decision{Known: true, Machine: m, Arch: arch}
+	switch m.State {
+	case stateCommissioning:
+		d.Mode = ModeCommission
+		if env.Commission.Available() {
+			d.Env = env.Commission
+		} else {
+			d.Missing = fmt.Sprintf("rackd: no commissioning environment is imported for %s: booting from local disk", arch)
+		}
+	case stateDeploying:
+		d.Mode = ModeDeploy
+		e, ok := env.Deploy[m.Image]
+		switch {
+		case m.Image == "":
+			d.Missing = "rackd: the machine is DEPLOYING but has no deploy image: booting from local disk"
+		case !ok || !e.Available():
+			d.Missing = fmt.Sprintf("rackd: deploy image %s is not imported for %s: booting from local disk", m.Image, arch)
+		default:
+			d.Env = e
+		}
+	default:
+		d.Mode = ModeLocal
+	}
+	return d
+}
+
+// Cmdline returns the kernel command line of a decision that boots: the
+// environment's arguments, then rackd.url=<httpBase>, rackd.mode=<mode>
+// and, for known machines, rackd.machine=<id> and rackd.token=<token> when
+// one is set. It returns nil when the decision does not boot a kernel.
+//
+// The base URL is an argument rather than part of the decision because it
+// depends on the request: the agent answers each client with the address
+// of the interface the request came in on.
+func (d Decision) Cmdline(httpBase string) []string {
+	if !d.Boots() {
+		return nil
+	}
+	args := make([]string, 0, len(d.Env.Args)+4)
+	args = append(args, d.Env.Args...)
+	args = append(args, "rackd.url="+httpBase, "rackd.mode="+string(d.Mode))
+	if d.Known {
+		args = append(args, "rackd.machine="+d.Machine.ID)
+		if d.Machine.Token != "" {
+			args = append(args, "rackd.token="+d.Machine.Token)
+		}
+	}
+	return args
+}
