@@ -13,6 +13,9 @@ ip iproute2
 dig bind9-dnsutils
 dhclient isc-dhcp-client
 perfdhcp kea-admin
+tftp tftp-hpa
+atftp atftp
+curl curl
 udhcpc udhcpc
 LIST
 
