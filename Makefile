@@ -8,7 +8,7 @@ LISTEN   ?= 127.0.0.1:5240
 export CGO_ENABLED ?= 0
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build run test test-deps unit vet fmt-check bench-alloc clean
+.PHONY: all build run test test-deps unit vet fmt-check bench-alloc bench-deps bench-dhcp clean
 
 all: build
 
@@ -43,6 +43,15 @@ unit:
 ## bench-alloc: allocation throughput vs raw fsync'd bbolt transactions
 bench-alloc:
 	$(GO) run ./bench/alloc
+
+## bench-dhcp: DORA/s and CPU per DORA of rackd vs Kea and dnsmasq (root; network namespaces)
+##   flags through BENCH_DHCP_FLAGS, e.g. make bench-dhcp BENCH_DHCP_FLAGS='-reps 5'
+bench-dhcp: bench-deps
+	$(GO) run ./bench/dhcp $(BENCH_DHCP_FLAGS)
+
+## bench-deps: install what bench-dhcp drives (perfdhcp, kea-dhcp4, dnsmasq, ip), only when missing
+bench-deps:
+	@bash bench/dhcp/deps.sh
 
 clean:
 	rm -rf bin dist
