@@ -63,7 +63,8 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		MaxBatch: cfg.Store.MaxBatch,
 		OnCommit: a.metrics.onCommit,
 		IPAM: store.IPAMOptions{OfferHold: time.Duration(cfg.IPAM.OfferHold), PXELease: time.Duration(cfg.IPAM.PXELease),
-			Quarantine: time.Duration(cfg.IPAM.Quarantine), StickyOnCommission: &sticky},
+			Quarantine: time.Duration(cfg.IPAM.Quarantine), StickyOnCommission: &sticky,
+			LeaseCommitDelay: commitDelay(cfg.DHCP.CommitDelay)},
 	})
 	if err != nil {
 		return nil, err
@@ -298,4 +299,13 @@ func (a *Agent) releaser(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// commitDelay maps dhcp.commit_delay to the store's option, where 0 means
+// "the default" and a negative value "none".
+func commitDelay(d Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return time.Duration(d)
 }

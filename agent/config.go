@@ -69,6 +69,7 @@ type Config struct {
 		Workers      int      `toml:"workers"`
 		Queue        int      `toml:"queue"`
 		ProbeTimeout Duration `toml:"probe_timeout"`
+		CommitDelay  Duration `toml:"commit_delay"`
 		NextServer   string   `toml:"next_server"`
 		HTTPURL      string   `toml:"http_url"`
 	} `toml:"dhcp"`

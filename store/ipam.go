@@ -9,7 +9,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // IPAMOptions tune address management.
@@ -23,6 +26,10 @@ type IPAMOptions struct {
 	// Quarantine is how long an address declined by a client or found in
 	// use by an ARP probe is kept out of the pool. Default 1h.
 	Quarantine time.Duration
+	// LeaseCommitDelay is how long a DHCP offer or acknowledgement may
+	// wait for others to share its commit (see updateLazy). Default 1ms;
+	// negative: none.
+	LeaseCommitDelay time.Duration
 	// StickyOnCommission gives a machine's boot interface a sticky address
 	// when its hardware becomes known (commissioning succeeds, or it is
 	// created READY). Default on; see DefaultIPAM.
@@ -32,7 +39,8 @@ type IPAMOptions struct {
 // DefaultIPAM returns the defaults.
 func DefaultIPAM() IPAMOptions {
 	on := true
-	return IPAMOptions{OfferHold: 30 * time.Second, PXELease: 10 * time.Minute, Quarantine: time.Hour, StickyOnCommission: &on}
+	return IPAMOptions{OfferHold: 30 * time.Second, PXELease: 10 * time.Minute, Quarantine: time.Hour,
+		LeaseCommitDelay: time.Millisecond, StickyOnCommission: &on}
 }
 
 func (o IPAMOptions) withDefaults() IPAMOptions {
@@ -45,6 +53,11 @@ func (o IPAMOptions) withDefaults() IPAMOptions {
 	}
 	if o.Quarantine <= 0 {
 		o.Quarantine = d.Quarantine
+	}
+	if o.LeaseCommitDelay == 0 {
+		o.LeaseCommitDelay = d.LeaseCommitDelay
+	} else if o.LeaseCommitDelay < 0 {
+		o.LeaseCommitDelay = 0
 	}
 	if o.StickyOnCommission == nil {
 		o.StickyOnCommission = d.StickyOnCommission
@@ -131,6 +144,9 @@ type ipamState struct {
 	opts   IPAMOptions
 	mu     sync.Mutex
 	offers map[netip.Addr]offer
+	// subnets caches the committed subnets; nil when an operation changed
+	// them and the commit has not reloaded it yet.
+	subnets atomic.Pointer[[]Subnet]
 	// held is the address offered to each client in each subnet, so that a
 	// client that asks again (a retransmitted DHCPDISCOVER, an operation
 	// replayed by the committer) is offered the same address, not another.
@@ -337,14 +353,27 @@ func (s *Store) CreateSubnet(ctx context.Context, actor Actor, sn Subnet) (Subne
 			}
 		}
 		sn.Created = t.now
+		t.ipam.subnets.Store(nil) // reloaded after the commit
 		return t.put(bucketSubnets, prefixKey(sn.CIDR), sn)
 	})
 	return sn, err
 }
 
 func (t *Tx) subnets() ([]Subnet, error) {
+	// Every DHCP packet looks its subnet up: read the cached, committed
+	// list unless an operation of this batch changed it.
+	if t.ipam != nil {
+		if c := t.ipam.subnets.Load(); c != nil {
+			return *c, nil
+		}
+	}
+	return readSubnets(t.tx)
+}
+
+// readSubnets decodes the subnets bucket.
+func readSubnets(tx *bolt.Tx) ([]Subnet, error) {
 	var out []Subnet
-	err := t.tx.Bucket(bucketSubnets).ForEach(func(k, v []byte) error {
+	err := tx.Bucket(bucketSubnets).ForEach(func(k, v []byte) error {
 		var sn Subnet
 		if err := json.Unmarshal(v, &sn); err != nil {
 			return fmt.Errorf("decode subnet: %w", err)
@@ -353,6 +382,25 @@ func (t *Tx) subnets() ([]Subnet, error) {
 		return nil
 	})
 	return out, err
+}
+
+// refreshSubnets reloads the subnets cache from the committed database
+// when an operation invalidated it.
+func (st *ipamState) refreshSubnets(db *bolt.DB) {
+	if st.subnets.Load() != nil {
+		return
+	}
+	var list []Subnet
+	if err := db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketSubnets) == nil {
+			return nil
+		}
+		var err error
+		list, err = readSubnets(tx)
+		return err
+	}); err == nil {
+		st.subnets.Store(&list)
+	}
 }
 
 // subnetFor returns the managed subnet that contains ip.

@@ -79,7 +79,7 @@ func (s *Store) DHCPOffer(ctx context.Context, req LeaseRequest) (Grant, error) 
 		return Grant{}, err
 	}
 	var g Grant
-	err = s.update(ctx, func(t *Tx) error {
+	err = s.updateLazy(ctx, s.ipam.opts.LeaseCommitDelay, func(t *Tx) error {
 		sn, err := t.subnetFor(req.Link)
 		if err != nil {
 			return err
@@ -146,7 +146,7 @@ func (s *Store) DHCPAck(ctx context.Context, req LeaseRequest) (Grant, error) {
 	}
 	ip := req.IP.Unmap()
 	var g Grant
-	err = s.update(ctx, func(t *Tx) error {
+	err = s.updateLazy(ctx, s.ipam.opts.LeaseCommitDelay, func(t *Tx) error {
 		sn, err := t.subnetFor(req.Link)
 		if err != nil {
 			return err

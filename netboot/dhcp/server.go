@@ -111,7 +111,7 @@ func New(cfg Config, leases Leases, prober Prober, boot netboot.BootConfig, log 
 		cfg.Port = DefaultPort
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 4 * runtime.GOMAXPROCS(0)
+		cfg.Workers = 64 * runtime.GOMAXPROCS(0)
 	}
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = DefaultQueueSize
