@@ -53,7 +53,7 @@ type Config struct {
 	// Port is the server port (DefaultPort if 0). Replies always go to
 	// the standard ports 68 (client) and 67 (relay).
 	Port int
-	// Workers is the size of the worker pool (4×GOMAXPROCS if 0): workers
+	// Workers is the size of the worker pool (64×GOMAXPROCS if 0): workers
 	// wait on Leases (a durable ACK) and ARP probes, so more of them than
 	// CPUs keeps the CPUs busy.
 	Workers int
