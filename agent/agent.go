@@ -20,6 +20,8 @@ import (
 	"rackd/netboot/arp"
 	"rackd/netboot/dhcp"
 	"rackd/netboot/dns"
+	"rackd/netboot/files"
+	"rackd/netboot/tftp"
 	"rackd/store"
 )
 
@@ -41,10 +43,13 @@ type Agent struct {
 	releases chan string
 	// prober checks addresses before they are first handed out; nil when no
 	// DHCP interface is configured.
-	prober Prober
-	dns    *dns.Server
-	dhcp   *dhcp.Server
-	arp    *arp.Set
+	prober   Prober
+	dns      *dns.Server
+	tftp     *tftp.Server
+	bootTree *files.Tree
+	bootHTTP http.Handler
+	dhcp     *dhcp.Server
+	arp      *arp.Set
 }
 
 // New opens the store under cfg.StateDir and, on a new database, creates the
@@ -73,6 +78,16 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if cfg.DNS.Listen != "" {
 		a.dns = dns.New(dns.Config{Listen: cfg.DNS.Listen, TTL: time.Duration(cfg.DNS.TTL)},
 			dnsZone{s}, log.With("service", "dns"), a.metrics.reg)
+	}
+	bootFiles, err := a.newBootFiles(cfg)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	a.bootHTTP = newBootHTTP(bootFiles, a)
+	if a.tftp, err = a.newTFTP(cfg, bootFiles); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("tftp: %w", err)
 	}
 	if a.dhcp, err = a.newDHCP(cfg); err != nil {
 		s.Close()
@@ -193,6 +208,14 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 		})
 		a.log.Info("dhcp serving", "interfaces", a.cfg.DHCP.Interfaces, "listen", a.cfg.DHCP.Listen)
 	}
+	if a.tftp != nil {
+		g.Go(func() error {
+			if err := a.tftp.Serve(gctx); err != nil && gctx.Err() == nil {
+				return fmt.Errorf("tftp: %w", err)
+			}
+			return nil
+		})
+	}
 	if a.dns != nil {
 		g.Go(func() error {
 			if err := a.dns.Serve(gctx); err != nil {
@@ -216,6 +239,9 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	if a.arp != nil {
 		a.arp.Close()
 	}
+	if a.bootTree != nil {
+		a.bootTree.Close()
+	}
 	if cerr := a.store.Close(); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 	}
@@ -227,6 +253,9 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 func (a *Agent) Close() error {
 	if a.arp != nil {
 		a.arp.Close()
+	}
+	if a.bootTree != nil {
+		a.bootTree.Close()
 	}
 	return a.store.Close()
 }

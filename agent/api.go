@@ -66,6 +66,7 @@ func routes() []route {
 		{"POST /api/v1/machines/{id}/ips", user, (*Agent).assignIP},
 		{"DELETE /api/v1/machines/{id}/ips/{ip}", user, (*Agent).removeIP},
 		{"GET /api/v1/leases", user, (*Agent).listLeases},
+		{"GET /boot/", public, (*Agent).serveBoot},
 	}
 }
 

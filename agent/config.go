@@ -73,6 +73,10 @@ type Config struct {
 		NextServer   string   `toml:"next_server"`
 		HTTPURL      string   `toml:"http_url"`
 	} `toml:"dhcp"`
+	TFTP struct {
+		Listen       string `toml:"listen"`
+		MaxTransfers int    `toml:"max_transfers"`
+	} `toml:"tftp"`
 	DNS struct {
 		Listen string   `toml:"listen"`
 		TTL    Duration `toml:"ttl"`

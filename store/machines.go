@@ -365,6 +365,9 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 	if req.Action == ActionCommissioningDone {
 		m.Commissioned = true
 	}
+	if req.Action == ActionDeploy && req.Image != "" {
+		m.DeployImage = req.Image
+	}
 	if !holds(to) && to != StateBroken && m.Owner != "" {
 		// The allocation ends here; its token dies with it.
 		m.Allocation = nil

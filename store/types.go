@@ -31,6 +31,8 @@ type Machine struct {
 	Owner     string      `json:"owner,omitempty"`
 	AgentName string      `json:"agent_name,omitempty"`
 	Power     PowerParams `json:"power"`
+	// DeployImage names the image the machine deploys (set by deploy).
+	DeployImage string `json:"deploy_image,omitempty"`
 	// Commissioned records that the hardware is known, which decides where
 	// mark-fixed leads.
 	Commissioned bool      `json:"commissioned"`

@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"rackd/agent/api"
+	"rackd/store"
+)
+
+// TestBootHTTP: /boot/ serves the boot tree with ranges, refuses escapes,
+// and renders per-MAC configs from the machine's current state on every
+// request.
+func TestBootHTTP(t *testing.T) {
+	ta := startAgent(t)
+	tree := filepath.Join(ta.cfg.StateDir, "boot")
+	payload := strings.Repeat("0123456789", 1000)
+	if err := os.WriteFile(filepath.Join(tree, "pxelinux.0"), []byte(payload), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string, hdr ...string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", ta.url+path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/boot/pxelinux.0"); code != 200 || body != payload {
+		t.Fatalf("file: %d, %d bytes", code, len(body))
+	}
+	if code, body := get("/boot/pxelinux.0", "Range", "bytes=10-19"); code != 206 || body != "0123456789" {
+		t.Fatalf("range: %d %q", code, body)
+	}
+	if code, _ := get("/boot/nosuch"); code != 404 {
+		t.Fatalf("unknown file: %d", code)
+	}
+	if code, _ := get("/boot/%2e%2e/%2e%2e/etc/passwd"); code != 403 && code != 400 {
+		t.Fatalf("escape: %d", code)
+	}
+	// An unknown MAC gets the enlistment config; nothing is imported yet,
+	// so it says so and boots the local disk.
+	code, body := get("/boot/ipxe?mac=52:54:00:12:34:56")
+	if code != 200 || !strings.Contains(body, "#!ipxe") || !strings.Contains(body, "exit") {
+		t.Fatalf("ipxe for an unknown MAC: %d\n%s", code, body)
+	}
+	// A known machine's config follows its state at once.
+	ta.addMachine(t, api.CreateMachine{Hostname: "web1", MACs: []string{"52:54:00:00:00:01"}, State: "DEPLOYED"})
+	code, local := get("/boot/ipxe/52:54:00:00:00:01.ipxe")
+	if code != 200 || !strings.Contains(local, "exit") || !strings.Contains(local, "web1") {
+		t.Fatalf("deployed machine: %d\n%s", code, local)
+	}
+	if _, err := ta.Store().Transition(t.Context(), store.System, store.TransitionRequest{Machine: "web1", Action: store.ActionMarkBroken}); err != nil {
+		t.Fatal(err)
+	}
+	if code, pxe := get("/boot/pxelinux.cfg/01-52-54-00-00-00-01"); code != 200 || !strings.Contains(strings.ToUpper(pxe), "LOCALBOOT") {
+		t.Fatalf("pxelinux for a broken machine: %d\n%s", code, pxe)
+	}
+}
+
+// TestBootTFTP: the same tree and configs over TFTP, fetched with curl.
+func TestBootTFTP(t *testing.T) {
+	curl := requirePeer(t, "curl")
+	ta := startAgent(t, func(c *Config) { c.TFTP.Listen = "127.0.0.1:0" })
+	select {
+	case <-ta.tftp.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("tftp did not start")
+	}
+	payload := strings.Repeat("rackd", 20000)
+	if err := os.WriteFile(filepath.Join(ta.cfg.StateDir, "boot", "undionly.kpxe"), []byte(payload), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ta.addMachine(t, api.CreateMachine{Hostname: "node7", MACs: []string{"52:54:00:00:00:07"}, State: "READY"})
+	fetch := func(name string) (string, error) {
+		out, err := exec.Command(curl, "-sS", "--tftp-blksize", "1468", "tftp://"+ta.tftp.Addr().String()+"/"+name).Output()
+		return string(out), err
+	}
+	if got, err := fetch("undionly.kpxe"); err != nil || got != payload {
+		t.Fatalf("file over tftp: %v, %d bytes", err, len(got))
+	}
+	if got, err := fetch("pxelinux.cfg/01-52-54-00-00-00-07"); err != nil || !strings.Contains(strings.ToUpper(got), "LOCALBOOT") {
+		t.Fatalf("config over tftp: %v\n%s", err, got)
+	}
+	if _, err := fetch("../../etc/passwd"); err == nil {
+		t.Fatal("traversal over tftp was served")
+	}
+}
