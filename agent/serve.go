@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 )
 
@@ -55,6 +57,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
+	// rackd's heap is small (the database lives in the page cache, not
+	// the Go heap) and its hot paths allocate per packet: collecting at 4x
+	// the live heap instead of 2x costs a few MB and saves about a sixth of
+	// the CPU of a DHCP exchange (bench-dhcp). GOGC, when set, wins.
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
 	log := newLogger(cfg, stderr)
 	a, err := New(cfg, log)
 	if err != nil {
@@ -67,6 +76,21 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 			return fmt.Errorf("cannot listen on %s: the address is already in use (another rackd? choose another with --listen): %w", cfg.Listen, err)
 		}
 		return fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err)
+	}
+	// RACKD_CPUPROFILE=FILE profiles the whole run (a debugging aid for
+	// performance work; the profile is written at shutdown).
+	if path := getenv("RACKD_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			a.Close()
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			a.Close()
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	return a.Serve(ctx, ln)
 }
