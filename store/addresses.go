@@ -134,13 +134,22 @@ func (t *Tx) nameTaken(host, domain string) (string, error) {
 	if id := t.getRaw(bucketHostnames, []byte(host)); id != nil {
 		return "machine " + string(id), nil
 	}
+	subnets, err := t.subnets()
+	if err != nil {
+		return "", err
+	}
+	domainOf := map[netip.Prefix]string{}
+	for _, sn := range subnets {
+		domainOf[sn.CIDR] = sn.Domain
+	}
 	taken := ""
-	err := t.tx.Bucket(bucketAddresses).ForEach(func(_, v []byte) error {
+	err = t.tx.Bucket(bucketAddresses).ForEach(func(_, v []byte) error {
 		var a Address
 		if err := json.Unmarshal(v, &a); err != nil {
 			return err
 		}
-		if a.Kind == KindReserved && a.Hostname == host {
+		// A name is a name within its domain: sw1 may exist in two.
+		if a.Kind == KindReserved && a.Hostname == host && domainOf[a.Subnet] == domain {
 			taken = "the reservation " + a.IP.String()
 		}
 		return nil

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"net/netip"
 	"slices"
 	"strings"
@@ -621,5 +622,33 @@ func TestNeedsSticky(t *testing.T) {
 				t.Fatalf("NeedsSticky = %v, %v; want %v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// A reservation's name is unique within its domain, not across domains.
+func TestReservationNamesPerDomain(t *testing.T) {
+	s := storetest.New(t)
+	ctx := context.Background()
+	for _, sn := range []store.Subnet{
+		{CIDR: netip.MustParsePrefix("10.61.0.0/24"), Domain: "a.example"},
+		{CIDR: netip.MustParsePrefix("10.62.0.0/24"), Domain: "b.example"},
+		{CIDR: netip.MustParsePrefix("10.63.0.0/24"), Domain: "a.example"},
+	} {
+		if _, err := s.CreateSubnet(ctx, storetest.Admin, sn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reserve := func(ip string) error {
+		_, err := s.Reserve(ctx, storetest.Admin, store.ReserveRequest{IP: netip.MustParseAddr(ip), Hostname: "sw1"})
+		return err
+	}
+	if err := reserve("10.61.0.5"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reserve("10.62.0.5"); err != nil {
+		t.Fatalf("the same name in another domain: %v", err)
+	}
+	if err := reserve("10.63.0.5"); store.CodeOf(err) != store.CodeConflict {
+		t.Fatalf("the same name in the same domain: %v; want conflict", err)
 	}
 }
