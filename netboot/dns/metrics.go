@@ -1,7 +1,7 @@
 package dns
 
 import (
-	"errors"
+	"rackd/internal/promreg"
 
 	miekg "github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,31 +48,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 	}
 	if reg != nil {
-		m.queries = register(reg, m.queries)
-		m.duration = register(reg, m.duration)
-		m.dropped = register(reg, m.dropped)
-		m.malformed = register(reg, m.malformed)
+		m.queries = promreg.Register(reg, m.queries)
+		m.duration = promreg.Register(reg, m.duration)
+		m.dropped = promreg.Register(reg, m.dropped)
+		m.malformed = promreg.Register(reg, m.malformed)
 	}
 	return m
-}
-
-// register registers c, or returns the collector already registered under
-// the same description, so that two servers (one per listen address, say)
-// can share one registry and add up into the same series.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	// A name clash with a different kind of metric is a programming error,
-	// as it is for MustRegister.
-	panic(err)
 }
 
 // qtypeLabel is the qtype label of a request: "none" when it has no single

@@ -1,8 +1,8 @@
 package httpboot
 
 import (
-	"errors"
 	"net/http"
+	"rackd/internal/promreg"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,24 +46,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.requests.WithLabelValues("other")
 	if reg != nil {
-		m.requests = register(reg, m.requests)
-		m.bytes = register(reg, m.bytes)
+		m.requests = promreg.Register(reg, m.requests)
+		m.bytes = promreg.Register(reg, m.bytes)
 	}
 	return m
-}
-
-// register registers c, or returns the collector already registered under
-// the same description, so that two handlers can share one registry.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	panic(err) // a clash with another kind of metric: a programming error
 }

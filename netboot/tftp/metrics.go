@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"rackd/internal/promreg"
 	"strconv"
 
 	"github.com/pin/tftp/v3"
@@ -89,34 +90,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.transfers.WithLabelValues(o)
 	}
 	if reg != nil {
-		m.transfers = register(reg, m.transfers)
-		m.duration = register(reg, m.duration)
-		m.bytes = register(reg, m.bytes)
-		m.inFlight = register(reg, m.inFlight)
-		m.queued = register(reg, m.queued)
-		m.duplicates = register(reg, m.duplicates)
-		m.queueWait = register(reg, m.queueWait)
+		m.transfers = promreg.Register(reg, m.transfers)
+		m.duration = promreg.Register(reg, m.duration)
+		m.bytes = promreg.Register(reg, m.bytes)
+		m.inFlight = promreg.Register(reg, m.inFlight)
+		m.queued = promreg.Register(reg, m.queued)
+		m.duplicates = promreg.Register(reg, m.duplicates)
+		m.queueWait = promreg.Register(reg, m.queueWait)
 	}
 	return m
-}
-
-// register registers c, or returns the collector already registered under
-// the same description, so that two servers (one per listen address, say)
-// can share one registry and add up into the same series.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	// A name clash with a different kind of metric is a programming error,
-	// as it is for MustRegister.
-	panic(err)
 }
 
 // hook receives the end of every transfer from the library (tftp.Hook). It
