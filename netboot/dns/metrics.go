@@ -1,10 +1,10 @@
 package dns
 
 import (
-	"rackd/internal/promreg"
-
 	miekg "github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"rackd/internal/promreg"
 )
 
 const (

@@ -2,10 +2,11 @@ package httpboot
 
 import (
 	"net/http"
-	"rackd/internal/promreg"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"rackd/internal/promreg"
 )
 
 const (

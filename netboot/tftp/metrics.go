@@ -5,13 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"rackd/internal/promreg"
 	"strconv"
 
 	"github.com/pin/tftp/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"rackd/netboot/files"
+
+	"rackd/internal/promreg"
 )
 
 const (
