@@ -13,10 +13,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"rackd/images"
 	"rackd/netboot/arp"
 	"rackd/netboot/dhcp"
 	"rackd/netboot/dns"
@@ -50,6 +52,10 @@ type Agent struct {
 	bootHTTP http.Handler
 	dhcp     *dhcp.Server
 	arp      *arp.Set
+	// images is the blob store of boot artefacts (<state dir>/images);
+	// imagesMu serialises imports and deletes (see importImage).
+	images   *images.Store
+	imagesMu sync.Mutex
 }
 
 // New opens the store under cfg.StateDir and, on a new database, creates the
@@ -78,6 +84,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if cfg.DNS.Listen != "" {
 		a.dns = dns.New(dns.Config{Listen: cfg.DNS.Listen, TTL: time.Duration(cfg.DNS.TTL)},
 			dnsZone{s}, log.With("service", "dns"), a.metrics.reg)
+	}
+	if a.images, err = images.Open(filepath.Join(cfg.StateDir, "images")); err != nil {
+		s.Close()
+		return nil, err
 	}
 	bootFiles, err := a.newBootFiles(cfg)
 	if err != nil {

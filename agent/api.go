@@ -66,6 +66,9 @@ func routes() []route {
 		{"POST /api/v1/machines/{id}/ips", user, (*Agent).assignIP},
 		{"DELETE /api/v1/machines/{id}/ips/{ip}", user, (*Agent).removeIP},
 		{"GET /api/v1/leases", user, (*Agent).listLeases},
+		{"GET /api/v1/images", user, (*Agent).listImages},
+		{"POST /api/v1/images/import", admin, (*Agent).importImage},
+		{"DELETE /api/v1/images/{name}/{arch}", admin, (*Agent).deleteImage},
 		{"GET /boot/", public, (*Agent).serveBoot},
 	}
 }

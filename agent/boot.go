@@ -36,13 +36,6 @@ func (b bootSource) Machine(ctx context.Context, mac string) (bootconf.MachineIn
 	return bootconf.MachineInfo{ID: m.ID, Hostname: m.Hostname, State: string(m.State), Arch: m.Arch, Image: m.DeployImage}, true, nil
 }
 
-// Environments: the images registry (enlist, commission and deploy images)
-// does not exist yet, so nothing is imported; the configs then say so and
-// boot from the local disk, never a broken config.
-func (b bootSource) Environments(ctx context.Context, arch string) (bootconf.Environments, error) {
-	return bootconf.Environments{}, nil
-}
-
 type baseKey struct{}
 
 // bootRenderer renders configs for files.Overlay. The HTTP base the configs
@@ -100,7 +93,7 @@ func (a *Agent) newBootFiles(cfg Config) (files.Source, error) {
 			}
 		}
 	}
-	return files.NewOverlay(bootRenderer{src: bootSource{a.store}, base: base}, tree), nil
+	return files.NewOverlay(bootRenderer{src: bootSource{a.store}, base: base}, blobSource{blobs: a.images, next: tree}), nil
 }
 
 // newTFTP builds the TFTP server when tftp.listen is set.

@@ -37,6 +37,7 @@ var (
 	bucketSubnets     = []byte("subnets")     // prefix (16-byte address + bits) -> Subnet
 	bucketAddresses   = []byte("addresses")   // 16-byte IP -> Address: every address in use, one use each
 	bucketAddrByMAC   = []byte("addr_by_mac") // mac NUL 16-byte IP -> nothing
+	bucketImages      = []byte("images")      // name "/" arch -> Image
 
 	keySchema = []byte("schema_version")
 )
@@ -111,6 +112,13 @@ var migrations = []func(tx *bolt.Tx) error{
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}
+		}
+		return nil
+	},
+	// 4 -> 5: the images registry.
+	func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucketIfNotExists(bucketImages); err != nil {
+			return fmt.Errorf("create bucket %s: %w", bucketImages, err)
 		}
 		return nil
 	},

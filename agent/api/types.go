@@ -220,3 +220,27 @@ type Lease struct {
 	Expires  time.Time `json:"expires"`
 	Subnet   string    `json:"subnet"`
 }
+
+// ImageFile is one artefact of an image, served over HTTP and TFTP as
+// images/<sha256>.
+type ImageFile struct {
+	Path   string `json:"path"`
+	Role   string `json:"role"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// Image is one imported boot image (GET /api/v1/images).
+type Image struct {
+	Name    string      `json:"name"`
+	Arch    string      `json:"arch"`
+	Purpose string      `json:"purpose"`
+	Files   []ImageFile `json:"files"`
+	Created time.Time   `json:"created,omitzero"`
+}
+
+// ImportImage is the body of POST /api/v1/images/import: a directory on the
+// rackd host holding a rackd-image.json manifest and its files.
+type ImportImage struct {
+	Dir string `json:"dir"`
+}

@@ -512,3 +512,34 @@ func segmentPath(prefix, what, value, suffix string) (string, error) {
 	}
 	return prefix + url.PathEscape(value) + suffix, nil
 }
+
+// ListImages returns the imported boot images (GET /api/v1/images).
+func (c *Client) ListImages(ctx context.Context) ([]api.Image, error) {
+	var ims []api.Image
+	_, err := c.call(ctx, http.MethodGet, "/api/v1/images", nil, nil, &ims)
+	return ims, err
+}
+
+// ImportImage imports the image directory dir, an absolute path on the
+// rackd host: the server reads it (POST /api/v1/images/import).
+func (c *Client) ImportImage(ctx context.Context, dir string) (api.Image, error) {
+	var im api.Image
+	_, err := c.call(ctx, http.MethodPost, "/api/v1/images/import", nil, api.ImportImage{Dir: dir}, &im)
+	return im, err
+}
+
+// DeleteImage deletes an image and the blobs no other image uses
+// (DELETE /api/v1/images/{name}/{arch}); it returns the image as it was.
+func (c *Client) DeleteImage(ctx context.Context, name, arch string) (api.Image, error) {
+	var im api.Image
+	p, err := segmentPath("/api/v1/images/", "image name", name, "/")
+	if err != nil {
+		return im, err
+	}
+	p2, err := segmentPath(p, "image arch", arch, "")
+	if err != nil {
+		return im, err
+	}
+	_, err = c.call(ctx, http.MethodDelete, p2, nil, nil, &im)
+	return im, err
+}

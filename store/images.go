@@ -1,0 +1,157 @@
+package store
+
+import (
+	"context"
+	"regexp"
+	"sort"
+	"time"
+)
+
+// Image purposes.
+const (
+	PurposeEnlist     = "enlist"
+	PurposeCommission = "commission"
+	PurposeDeploy     = "deploy"
+)
+
+// ImageFile is one artefact of an image, stored in the images blob store
+// under its SHA-256.
+type ImageFile struct {
+	Path   string `json:"path"`
+	Role   string `json:"role"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// Image is one imported boot image, unique by name and architecture.
+type Image struct {
+	Name    string      `json:"name"`
+	Arch    string      `json:"arch"`
+	Purpose string      `json:"purpose"`
+	Files   []ImageFile `json:"files"`
+	Created time.Time   `json:"created"`
+}
+
+var (
+	imageNameRE = regexp.MustCompile(`^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,63}$`)
+	sha256RE    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+func imageKey(name, arch string) []byte { return []byte(name + "/" + arch) }
+
+func validateImage(im Image) error {
+	if !imageNameRE.MatchString(im.Name) {
+		return errorf(CodeInvalid, "invalid image name %q: want 1-64 characters of [A-Za-z0-9._+-], not starting with '.'", im.Name)
+	}
+	if !imageNameRE.MatchString(im.Arch) {
+		return errorf(CodeInvalid, "invalid image arch %q: want 1-64 characters of [A-Za-z0-9._+-], not starting with '.'", im.Arch)
+	}
+	switch im.Purpose {
+	case PurposeEnlist, PurposeCommission, PurposeDeploy:
+	default:
+		return errorf(CodeInvalid, "invalid image purpose %q: want enlist, commission or deploy", im.Purpose)
+	}
+	if len(im.Files) == 0 {
+		return errorf(CodeInvalid, "image %s/%s has no files", im.Name, im.Arch)
+	}
+	for i, f := range im.Files {
+		if f.Path == "" {
+			return errorf(CodeInvalid, "image file %d: empty path", i)
+		}
+		if !sha256RE.MatchString(f.SHA256) {
+			return errorf(CodeInvalid, "image file %q: invalid sha256 %q", f.Path, f.SHA256)
+		}
+		if f.Size < 0 {
+			return errorf(CodeInvalid, "image file %q: negative size", f.Path)
+		}
+	}
+	return nil
+}
+
+// PutImage records an image, replacing any existing image of the same name
+// and architecture. Only an admin may.
+func (s *Store) PutImage(ctx context.Context, actor Actor, im Image) (Image, error) {
+	if !actor.Admin {
+		return Image{}, errorf(CodeForbidden, "only an admin may import images")
+	}
+	if err := validateImage(im); err != nil {
+		return Image{}, err
+	}
+	im.Files = append([]ImageFile(nil), im.Files...)
+	err := s.update(ctx, func(t *Tx) error {
+		im.Created = t.now
+		return t.put(bucketImages, imageKey(im.Name, im.Arch), im)
+	})
+	if err != nil {
+		return Image{}, err
+	}
+	return im, nil
+}
+
+// Images lists the images by name, then architecture.
+func (s *Store) Images() ([]Image, error) {
+	var out []Image
+	err := s.view(func(t *Tx) error {
+		return t.tx.Bucket(bucketImages).ForEach(func(k, _ []byte) error {
+			var im Image
+			if _, err := t.get(bucketImages, k, &im); err != nil {
+				return err
+			}
+			out = append(out, im)
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Arch < out[j].Arch
+	})
+	return out, err
+}
+
+// DeleteImage removes an image's record and returns it (its blobs are the
+// caller's to remove: see ImageBlobInUse). Only an admin may.
+func (s *Store) DeleteImage(ctx context.Context, actor Actor, name, arch string) (Image, error) {
+	if !actor.Admin {
+		return Image{}, errorf(CodeForbidden, "only an admin may delete images")
+	}
+	var im Image
+	err := s.update(ctx, func(t *Tx) error {
+		key := imageKey(name, arch)
+		found, err := t.get(bucketImages, key, &im)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return errorf(CodeNotFound, "no image %s/%s", name, arch)
+		}
+		return t.del(bucketImages, key)
+	})
+	if err != nil {
+		return Image{}, err
+	}
+	return im, nil
+}
+
+// ImageBlobInUse reports whether any recorded image has a file with the
+// given SHA-256. A read error counts as in use, so blobs are never removed
+// on doubt.
+func (s *Store) ImageBlobInUse(sha string) bool {
+	used := false
+	err := s.view(func(t *Tx) error {
+		return t.tx.Bucket(bucketImages).ForEach(func(k, _ []byte) error {
+			var im Image
+			if _, err := t.get(bucketImages, k, &im); err != nil {
+				return err
+			}
+			for _, f := range im.Files {
+				if f.SHA256 == sha {
+					used = true
+				}
+			}
+			return nil
+		})
+	})
+	return used || err != nil
+}

@@ -1,0 +1,136 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"rackd/store"
+	"rackd/store/storetest"
+)
+
+func sha(c byte) string { return strings.Repeat(string(c), 64) }
+
+func testImage(name, arch, purpose string, shas ...string) store.Image {
+	im := store.Image{Name: name, Arch: arch, Purpose: purpose}
+	for i, h := range shas {
+		role := "initrd"
+		if i == 0 {
+			role = "kernel"
+		}
+		im.Files = append(im.Files, store.ImageFile{Path: "f" + string(rune('0'+i)), Role: role, SHA256: h, Size: int64(i)})
+	}
+	return im
+}
+
+func TestPutImageValidation(t *testing.T) {
+	tests := map[string]struct {
+		actor store.Actor
+		im    store.Image
+		code  store.Code
+	}{
+		"ok":            {admin, testImage("ubuntu-24.04", "amd64", "deploy", sha('a')), ""},
+		"system":        {store.System, testImage("enlist", "arm64", "enlist", sha('a'), sha('b')), ""},
+		"non-admin":     {alice, testImage("x", "amd64", "deploy", sha('a')), store.CodeForbidden},
+		"empty name":    {admin, testImage("", "amd64", "deploy", sha('a')), store.CodeInvalid},
+		"dot name":      {admin, testImage(".x", "amd64", "deploy", sha('a')), store.CodeInvalid},
+		"slash name":    {admin, testImage("a/b", "amd64", "deploy", sha('a')), store.CodeInvalid},
+		"slash arch":    {admin, testImage("a", "amd/64", "deploy", sha('a')), store.CodeInvalid},
+		"bad purpose":   {admin, testImage("a", "amd64", "rescue", sha('a')), store.CodeInvalid},
+		"no files":      {admin, testImage("a", "amd64", "deploy"), store.CodeInvalid},
+		"bad sha":       {admin, testImage("a", "amd64", "deploy", "abc"), store.CodeInvalid},
+		"upper sha":     {admin, testImage("a", "amd64", "deploy", sha('A')), store.CodeInvalid},
+		"too long name": {admin, testImage(strings.Repeat("n", 65), "amd64", "deploy", sha('a')), store.CodeInvalid},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := storetest.New(t)
+			got, err := s.PutImage(context.Background(), tc.actor, tc.im)
+			if code := store.CodeOf(err); code != tc.code || (tc.code == "" && err != nil) {
+				t.Fatalf("PutImage: %v (code %q), want code %q", err, code, tc.code)
+			}
+			ims, err := s.Images()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.code != "" {
+				if len(ims) != 0 {
+					t.Fatalf("refused image was stored: %+v", ims)
+				}
+				return
+			}
+			if got.Created.IsZero() || len(ims) != 1 || ims[0].Name != tc.im.Name || len(ims[0].Files) != len(tc.im.Files) {
+				t.Fatalf("stored %+v, returned %+v", ims, got)
+			}
+		})
+	}
+}
+
+func TestImagesRegistry(t *testing.T) {
+	ctx := context.Background()
+	s := storetest.New(t)
+	put := func(im store.Image) {
+		t.Helper()
+		if _, err := s.PutImage(ctx, admin, im); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(testImage("ubuntu", "arm64", "deploy", sha('a'), sha('b')))
+	put(testImage("ubuntu", "amd64", "deploy", sha('a'), sha('c')))
+	put(testImage("enlist", "amd64", "enlist", sha('d')))
+	// Replacing ubuntu/amd64 drops its reference to c.
+	put(testImage("ubuntu", "amd64", "commission", sha('a'), sha('e')))
+
+	ims, err := s.Images()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, im := range ims {
+		keys = append(keys, im.Name+"/"+im.Arch+"/"+im.Purpose)
+	}
+	if got, want := strings.Join(keys, " "), "enlist/amd64/enlist ubuntu/amd64/commission ubuntu/arm64/deploy"; got != want {
+		t.Fatalf("Images = %s, want %s", got, want)
+	}
+
+	inUse := map[string]bool{sha('a'): true, sha('b'): true, sha('c'): false, sha('d'): true, sha('e'): true, sha('f'): false}
+	for h, want := range inUse {
+		if got := s.ImageBlobInUse(h); got != want {
+			t.Errorf("ImageBlobInUse(%c…) = %t, want %t", h[0], got, want)
+		}
+	}
+
+	tests := []struct {
+		name       string
+		actor      store.Actor
+		img, arch  string
+		code       store.Code
+		stillInUse []string
+		nowUnused  []string
+	}{
+		{"non-admin", alice, "ubuntu", "arm64", store.CodeForbidden, []string{sha('b')}, nil},
+		{"missing", admin, "ubuntu", "riscv64", store.CodeNotFound, nil, nil},
+		{"arm64", admin, "ubuntu", "arm64", "", []string{sha('a')}, []string{sha('b')}},
+		{"again", admin, "ubuntu", "arm64", store.CodeNotFound, nil, nil},
+		{"amd64", admin, "ubuntu", "amd64", "", []string{sha('d')}, []string{sha('a'), sha('e')}},
+	}
+	for _, tc := range tests {
+		im, err := s.DeleteImage(ctx, tc.actor, tc.img, tc.arch)
+		if code := store.CodeOf(err); code != tc.code || (tc.code == "" && err != nil) {
+			t.Fatalf("%s: DeleteImage: %v (code %q), want %q", tc.name, err, code, tc.code)
+		}
+		if tc.code == "" && (im.Name != tc.img || im.Arch != tc.arch) {
+			t.Errorf("%s: returned %+v", tc.name, im)
+		}
+		for _, h := range tc.stillInUse {
+			if !s.ImageBlobInUse(h) {
+				t.Errorf("%s: %c… no longer in use", tc.name, h[0])
+			}
+		}
+		for _, h := range tc.nowUnused {
+			if s.ImageBlobInUse(h) {
+				t.Errorf("%s: %c… still in use", tc.name, h[0])
+			}
+		}
+	}
+}
