@@ -12,12 +12,10 @@ package dhcp_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -152,71 +150,13 @@ func (w tWriter) Write(p []byte) (int, error) {
 
 var _ io.Writer = tWriter{}
 
-// clientScript is the hook both dhclient (variables new_*, $reason) and
-// udhcpc ($1, plain variables) call: it appends each event with its
-// settings to out and configures the address, which a renewal needs (it is
-// unicast from the leased address).
-func clientScript(t *testing.T, dir, out string) string {
-	t.Helper()
-	ipTool := netnstest.Tool(t, "ip")
-	script := fmt.Sprintf(`#!/bin/sh
-ev="${reason:-$1}"
-addr="${new_ip_address:-$ip}"
-mask="${new_subnet_mask:-$subnet}"
-{
-	echo "event=$ev"
-	echo "ip=$addr"
-	echo "mask=$mask"
-	echo "routers=${new_routers:-$router}"
-	echo "dns=${new_domain_name_servers:-$dns}"
-	echo "lease=${new_dhcp_lease_time:-$lease}"
-	echo "domain=${new_domain_name:-$domain}"
-	echo "end"
-} >> %[1]q
-case "$ev" in
-BOUND|RENEW|REBIND|REBOOT|bound|renew)
-	%[2]s addr replace "$addr/$mask" dev "$interface" ;;
-RELEASE|EXPIRE|FAIL|STOP|deconfig)
-	%[2]s addr flush dev "$interface" scope global ;;
-esac
-exit 0
-`, out, ipTool)
-	path := filepath.Join(dir, "hook.sh")
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// events reads the hook's records.
-func events(t *testing.T, out string) []map[string]string {
-	t.Helper()
-	b, err := os.ReadFile(out)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	var evs []map[string]string
-	cur := map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if line == "end" {
-			evs = append(evs, cur)
-			cur = map[string]string{}
-			continue
-		}
-		if k, v, ok := strings.Cut(line, "="); ok {
-			cur[k] = v
-		}
-	}
-	return evs
-}
-
 // waitEvent waits for the nth (from 1) event named name.
 func waitEvent(t *testing.T, out, name string, n int, timeout time.Duration, proc *netnstest.Proc) map[string]string {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		seen := 0
-		for _, ev := range events(t, out) {
+		for _, ev := range dhcptest.HookEvents(t, out) {
 			if ev["event"] == name {
 				if seen++; seen == n {
 					return ev
@@ -231,7 +171,7 @@ func waitEvent(t *testing.T, out, name string, n int, timeout time.Duration, pro
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no event %s #%d after %v; events: %v", name, n, timeout, events(t, out))
+			t.Fatalf("no event %s #%d after %v; events: %v", name, n, timeout, dhcptest.HookEvents(t, out))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -282,7 +222,7 @@ func TestDhclient(t *testing.T) {
 	l.serve(t, false)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "events")
-	hook := clientScript(t, dir, out)
+	hook := dhcptest.ClientHook(t, netnstest.Tool(t, "ip"), dir, out)
 	lf, pf := filepath.Join(dir, "leases"), filepath.Join(dir, "pid")
 	start := time.Now()
 
@@ -334,7 +274,7 @@ func TestUdhcpc(t *testing.T) {
 	l.serve(t, false)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "events")
-	hook := clientScript(t, dir, out)
+	hook := dhcptest.ClientHook(t, netnstest.Tool(t, "ip"), dir, out)
 	start := time.Now()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -38,6 +38,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/internal/netnstest"
+	"rackd/netboot/dhcp/dhcptest"
 	"rackd/store"
 )
 
@@ -180,72 +181,13 @@ func (l *e2eLab) waitNoLease(t *testing.T, mac net.HardwareAddr, timeout time.Du
 	}
 }
 
-// hookScript is the hook both dhclient (variables new_*, $reason) and
-// udhcpc ($1, plain variables) call: it appends each event with its
-// settings to out and configures the address, which a renewal needs (it is
-// unicast from the leased address).
-func hookScript(t *testing.T, dir, out string) string {
-	t.Helper()
-	ipTool := netnstest.Tool(t, "ip")
-	script := fmt.Sprintf(`#!/bin/sh
-ev="${reason:-$1}"
-addr="${new_ip_address:-$ip}"
-mask="${new_subnet_mask:-$subnet}"
-{
-	echo "event=$ev"
-	echo "ip=$addr"
-	echo "mask=$mask"
-	echo "routers=${new_routers:-$router}"
-	echo "dns=${new_domain_name_servers:-$dns}"
-	echo "lease=${new_dhcp_lease_time:-$lease}"
-	echo "domain=${new_domain_name:-$domain}"
-	echo "hostname=${new_host_name:-$hostname}"
-	echo "end"
-} >> %[1]q
-case "$ev" in
-BOUND|RENEW|REBIND|REBOOT|bound|renew)
-	%[2]s addr replace "$addr/$mask" dev "$interface" ;;
-RELEASE|EXPIRE|FAIL|STOP|deconfig)
-	%[2]s addr flush dev "$interface" scope global ;;
-esac
-exit 0
-`, out, ipTool)
-	path := filepath.Join(dir, "hook.sh")
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// hookEvents reads the hook's records.
-func hookEvents(t *testing.T, out string) []map[string]string {
-	t.Helper()
-	b, err := os.ReadFile(out)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	var evs []map[string]string
-	cur := map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if line == "end" {
-			evs = append(evs, cur)
-			cur = map[string]string{}
-			continue
-		}
-		if k, v, ok := strings.Cut(line, "="); ok {
-			cur[k] = v
-		}
-	}
-	return evs
-}
-
 // waitHook waits for the nth (from 1) event whose name is one of names.
 func waitHook(t *testing.T, out string, n int, timeout time.Duration, proc *netnstest.Proc, names ...string) map[string]string {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		seen := 0
-		for _, ev := range hookEvents(t, out) {
+		for _, ev := range dhcptest.HookEvents(t, out) {
 			if slices.Contains(names, ev["event"]) {
 				if seen++; seen == n {
 					return ev
@@ -260,7 +202,7 @@ func waitHook(t *testing.T, out string, n int, timeout time.Duration, proc *netn
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no event %v #%d after %v; events: %v", names, n, timeout, hookEvents(t, out))
+			t.Fatalf("no event %v #%d after %v; events: %v", names, n, timeout, dhcptest.HookEvents(t, out))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -301,7 +243,7 @@ func udhcpcOnce(t *testing.T, ns *netnstest.NS, ifname string) map[string]string
 	udhcpc := netnstest.Tool(t, "udhcpc")
 	dir := t.TempDir()
 	out := filepath.Join(dir, "events")
-	hook := hookScript(t, dir, out)
+	hook := dhcptest.ClientHook(t, netnstest.Tool(t, "ip"), dir, out)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if outp, err := ns.Exec(ctx, udhcpc, "-i", ifname, "-n", "-q", "-f", "-s", hook, "-t", "5", "-T", "2"); err != nil {
@@ -322,7 +264,7 @@ func newDhclient(t *testing.T, ns *netnstest.NS, ifname string) *dhclientRun {
 	dir := t.TempDir()
 	c := &dhclientRun{bin: netnstest.Tool(t, "dhclient"), ifname: ifname, ns: ns,
 		lf: filepath.Join(dir, "leases"), pf: filepath.Join(dir, "pid"), out: filepath.Join(dir, "events")}
-	c.hook = hookScript(t, dir, c.out)
+	c.hook = dhcptest.ClientHook(t, netnstest.Tool(t, "ip"), dir, c.out)
 	return c
 }
 
@@ -412,7 +354,7 @@ func TestE2EDhclientUdhcpc(t *testing.T) {
 		mac := ns.MAC(ifname)
 		dir := t.TempDir()
 		out := filepath.Join(dir, "events")
-		hook := hookScript(t, dir, out)
+		hook := dhcptest.ClientHook(t, netnstest.Tool(t, "ip"), dir, out)
 		p := ns.Start(udhcpc, "-i", ifname, "-f", "-R", "-s", hook, "-t", "5", "-T", "2")
 		ip := checkOptions(t, waitHook(t, out, 1, 30*time.Second, p, "bound"))
 		t.Logf("udhcpc bound %v after %v", ip, time.Since(start))
