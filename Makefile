@@ -8,7 +8,7 @@ LISTEN   ?= 127.0.0.1:5240
 export CGO_ENABLED ?= 0
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build run test test-deps unit vet fmt-check bench-alloc bench-deps bench-dhcp clean
+.PHONY: all build run test bootloaders test-deps unit vet fmt-check bench-alloc bench-deps bench-dhcp clean
 
 all: build
 
@@ -39,6 +39,10 @@ vet:
 # -race needs cgo; the shipped binary does not.
 unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m ./...
+
+## bootloaders: pxelinux, shim+grub, iPXE from Debian's packages into $(STATE)/boot
+bootloaders:
+	@bash scripts/bootloaders.sh $(STATE)/boot
 
 ## bench-alloc: allocation throughput vs raw fsync'd bbolt transactions
 bench-alloc:
