@@ -98,3 +98,45 @@ func TestBootTFTP(t *testing.T) {
 		t.Fatal("traversal over tftp was served")
 	}
 }
+
+// TestDeployedBootsLocalAtOnce: over TFTP, a DEPLOYING machine's config
+// loads its image; the very next request after it is marked DEPLOYED boots
+// the local disk (no cache anywhere between the store and the answer).
+func TestDeployedBootsLocalAtOnce(t *testing.T) {
+	curl := requirePeer(t, "curl")
+	ta := startAgent(t, func(c *Config) { c.TFTP.Listen = "127.0.0.1:0" })
+	select {
+	case <-ta.tftp.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("tftp did not start")
+	}
+	dir := writeImageDir(t, "debian", "deploy", []byte("kernel-bytes"), []byte("initrd-bytes"), false)
+	var im api.Image
+	if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/images/import", api.ImportImage{Dir: dir}, &im); status != 201 {
+		t.Fatalf("import: %d %s", status, raw)
+	}
+	ta.addMachine(t, api.CreateMachine{Hostname: "db1", MACs: []string{"52:54:00:00:0d:01"}, State: "READY"})
+	if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/allocations", api.AllocateRequest{Name: "db1", AgentName: "t"}, nil); status != 201 {
+		t.Fatalf("allocate: %d %s", status, raw)
+	}
+	if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/db1/deploy", api.ActionRequest{Image: "debian"}, nil); status != 200 {
+		t.Fatalf("deploy: %d %s", status, raw)
+	}
+	fetch := func() string {
+		out, err := exec.Command(curl, "-sS", "tftp://"+ta.tftp.Addr().String()+"/ipxe/52:54:00:00:0d:01.ipxe").Output()
+		if err != nil {
+			t.Fatalf("tftp: %v", err)
+		}
+		return string(out)
+	}
+	kernelURL := "/boot/images/" + im.Files[0].SHA256
+	if got := fetch(); !strings.Contains(got, kernelURL) || !strings.Contains(got, "rackd.mode=deploy") {
+		t.Fatalf("DEPLOYING config does not load the image:\n%s", got)
+	}
+	if _, err := ta.Store().Transition(t.Context(), store.System, store.TransitionRequest{Machine: "db1", Action: store.ActionDeploymentDone}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fetch(); strings.Contains(got, kernelURL) || !strings.Contains(got, "exit") {
+		t.Fatalf("DEPLOYED config still loads the image:\n%s", got)
+	}
+}
