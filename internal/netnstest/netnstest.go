@@ -256,7 +256,7 @@ func (ns *NS) Do(fn func() error) error {
 // Proc is a long-running process started inside a namespace.
 type Proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *Buffer
 	done chan struct{}
 	err  error // set before done is closed
 }
@@ -271,7 +271,7 @@ type Proc struct {
 func (ns *NS) Start(name string, args ...string) *Proc {
 	ns.t.Helper()
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, name}, args...)...)
-	p := &Proc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &Proc{cmd: cmd, out: &Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -335,20 +335,20 @@ func (p *Proc) Stop(grace time.Duration) error {
 	return p.err
 }
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a
-// process's stdout and stderr copiers.
-type syncBuffer struct {
+// Buffer is a bytes.Buffer safe for concurrent writers (a process's stdout
+// and stderr copiers, a logger), for tests to read at the end.
+type Buffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *Buffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -367,4 +367,32 @@ func run(t testing.TB, name string, args ...string) string {
 		t.Fatalf("netnstest: %s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// ListenUDP opens a UDP socket inside the namespace bound to laddr on one
+// interface (SO_BINDTODEVICE), standing in for a DHCP client or relay agent.
+// It is closed when the test ends.
+func (ns *NS) ListenUDP(t testing.TB, ifname string, laddr netip.AddrPort) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	err := ns.Do(func() error {
+		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) { serr = syscall.BindToDevice(int(fd), ifname) }); err != nil {
+				return err
+			}
+			return serr
+		}}
+		pc, err := lc.ListenPacket(context.Background(), "udp4", laddr.String())
+		if err != nil {
+			return err
+		}
+		c = pc.(*net.UDPConn)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

@@ -320,27 +320,7 @@ type rawClient struct {
 
 func newRawClient(t *testing.T, ns *netnstest.NS, ifname string, laddr netip.AddrPort) *rawClient {
 	t.Helper()
-	var c *net.UDPConn
-	err := ns.Do(func() error {
-		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			if err := rc.Control(func(fd uintptr) { serr = syscall.BindToDevice(int(fd), ifname) }); err != nil {
-				return err
-			}
-			return serr
-		}}
-		pc, err := lc.ListenPacket(context.Background(), "udp4", laddr.String())
-		if err != nil {
-			return err
-		}
-		c = pc.(*net.UDPConn)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return &rawClient{c: c}
+	return &rawClient{c: ns.ListenUDP(t, ifname, laddr)}
 }
 
 // exchange sends req to dst and returns the reply with its transaction ID

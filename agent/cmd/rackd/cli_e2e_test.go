@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"rackd/agent/api"
+	"rackd/internal/netnstest"
 	"rackd/store"
 )
 
@@ -23,7 +24,7 @@ func runCLI(t *testing.T, d *daemon, env []string, args ...string) (int, string,
 	t.Helper()
 	cmd := exec.Command(rackdBinary(t), args...)
 	cmd.Env = append(append(os.Environ(), "RACKD_URL="+d.url), env...)
-	var out, errb syncBuffer
+	var out, errb netnstest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.Run()
 	return cmd.ProcessState.ExitCode(), out.String(), errb.String()

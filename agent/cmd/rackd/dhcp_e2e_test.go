@@ -508,33 +508,6 @@ func TestE2ESquatter(t *testing.T) {
 	}
 }
 
-// relaySock is a UDP socket inside a namespace, bound to addr:67 on one
-// interface, standing in for a relay agent.
-func relaySock(t *testing.T, ns *netnstest.NS, ifname string, laddr netip.AddrPort) *net.UDPConn {
-	t.Helper()
-	var c *net.UDPConn
-	err := ns.Do(func() error {
-		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			if err := rc.Control(func(fd uintptr) { serr = syscall.BindToDevice(int(fd), ifname) }); err != nil {
-				return err
-			}
-			return serr
-		}}
-		pc, err := lc.ListenPacket(context.Background(), "udp4", laddr.String())
-		if err != nil {
-			return err
-		}
-		c = pc.(*net.UDPConn)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // relayExchange sends req to dst and returns the reply with its
 // transaction ID and its source, resending every second up to 10 times.
 func relayExchange(t *testing.T, c *net.UDPConn, req *dhcpv4.DHCPv4, dst netip.AddrPort) (*dhcpv4.DHCPv4, netip.AddrPort) {
@@ -576,7 +549,7 @@ func TestE2ERelay(t *testing.T) {
 	rl.AddAddr(rlIf, netip.MustParsePrefix("10.77.0.2/24"))
 	rl.AddAddr(rlIf, netip.PrefixFrom(e2eRelay, 24))
 	l.srv.Route("10.78.0.0/24", "via", "10.77.0.2")
-	relay := relaySock(t, rl, rlIf, netip.AddrPortFrom(e2eRelay, 67))
+	relay := rl.ListenUDP(t, rlIf, netip.AddrPortFrom(e2eRelay, 67))
 	server := netip.AddrPortFrom(e2eServer, 67)
 	farNet := netip.MustParsePrefix("10.78.0.0/24")
 
@@ -750,7 +723,7 @@ func TestE2ELeasesSurviveSIGKILL(t *testing.T) {
 	cl, clIf := l.newClient(t)
 	relayAddr := netip.MustParseAddr("10.77.0.2")
 	cl.AddAddr(clIf, netip.PrefixFrom(relayAddr, 24))
-	lc := &loadClient{c: relaySock(t, cl, clIf, netip.AddrPortFrom(relayAddr, 67)), giaddr: relayAddr.AsSlice(),
+	lc := &loadClient{c: cl.ListenUDP(t, clIf, netip.AddrPortFrom(relayAddr, 67)), giaddr: relayAddr.AsSlice(),
 		server: netip.AddrPortFrom(e2eServer, 67), wait: map[dhcpv4.TransactionID]chan *dhcpv4.DHCPv4{}}
 	lc.c.SetReadBuffer(4 << 20)
 	readDone := make(chan struct{})

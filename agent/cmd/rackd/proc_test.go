@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"rackd/internal/netnstest"
 )
 
 // These tests run the real rackd binary as a child process, as an operator
@@ -61,27 +63,9 @@ func TestMain(m *testing.M) {
 type daemon struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *syncBuffer
+	stderr *netnstest.Buffer
 	exited chan struct{}
 	err    error
-}
-
-// syncBuffer collects a child's stderr for failure messages.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // startDaemon starts `rackd serve` on a random loopback port and waits until
@@ -108,7 +92,7 @@ func launchDaemon(t *testing.T, prefix []string, stateDir string, extra ...strin
 	argv := append(append(append([]string{}, prefix...), rackdBinary(t)), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	pr, pw := io.Pipe()
-	d := &daemon{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	d := &daemon{cmd: cmd, stderr: &netnstest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = io.MultiWriter(pw, d.stderr)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start rackd: %v", err)
@@ -175,7 +159,7 @@ func (d *daemon) stop(t *testing.T) {
 func runToExit(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	cmd := exec.Command(rackdBinary(t), args...)
-	var out syncBuffer
+	var out netnstest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
