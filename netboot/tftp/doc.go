@@ -31,6 +31,11 @@
 // that is the same bound tftpd-hpa and dnsmasq have, as neither negotiates
 // windowsize.
 //
+// The library sizes blocks from the MTU of the receiving interface, looked
+// up per request with a netlink dump; when that lookup fails (interfaces
+// changing at that moment) the transfer falls back to 512-byte blocks. It
+// is correct, only slower.
+//
 // Option names are matched as sent, in lower case, by the library, where
 // RFC 2347 says they are case-insensitive: a client sending "BLKSIZE" gets
 // no OACK and 512-byte blocks, which is slow but works. The clients tested

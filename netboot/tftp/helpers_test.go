@@ -81,7 +81,7 @@ type testServer struct {
 	reg  *prometheus.Registry
 	host string
 	port string
-	logs *syncBuffer
+	logs *netnstest.Buffer
 }
 
 func startServer(t *testing.T, cfg Config, src files.Source) *testServer {
@@ -89,7 +89,7 @@ func startServer(t *testing.T, cfg Config, src files.Source) *testServer {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
-	logs := &syncBuffer{}
+	logs := &netnstest.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	reg := prometheus.NewPedanticRegistry()
 	s, err := New(cfg, src, log, reg)
@@ -197,23 +197,6 @@ func (ts *testServer) waitCounter(t *testing.T, want float64, name string, label
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // peer runs a TFTP client program with a deadline and returns its combined
