@@ -1,0 +1,110 @@
+package power
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// State is a machine's power state as a BMC reports it.
+type State int
+
+const (
+	StateUnknown State = iota
+	StateOn
+	StateOff
+)
+
+func (s State) String() string {
+	switch s {
+	case StateOn:
+		return "on"
+	case StateOff:
+		return "off"
+	default:
+		return "unknown"
+	}
+}
+
+// ParseState is the inverse of String.
+func ParseState(s string) (State, error) {
+	switch s {
+	case "on":
+		return StateOn, nil
+	case "off":
+		return StateOff, nil
+	case "unknown":
+		return StateUnknown, nil
+	}
+	return StateUnknown, fmt.Errorf("power state %q: want on, off or unknown", s)
+}
+
+// BootDevice is where the machine boots next.
+type BootDevice int
+
+const (
+	BootPXE BootDevice = iota + 1
+	BootDisk
+)
+
+func (b BootDevice) String() string {
+	switch b {
+	case BootPXE:
+		return "pxe"
+	case BootDisk:
+		return "disk"
+	default:
+		return "unknown"
+	}
+}
+
+// Target says how to reach one machine's BMC. Password is a secret: drivers
+// never put it in argv, logs or error text.
+type Target struct {
+	Driver   string
+	Address  string // host or host:port
+	Username string
+	Password string
+	// CipherSuite is the IPMI 2.0 cipher suite (0 means the driver's default).
+	CipherSuite int
+}
+
+// Driver talks to one kind of BMC. Every method is bounded by ctx and by the
+// driver's own per-command timeout; a driver is safe for concurrent use on
+// different targets, and the queue never runs two commands at once against
+// the same machine.
+type Driver interface {
+	PowerOn(ctx context.Context, t Target) error
+	PowerOff(ctx context.Context, t Target) error
+	PowerCycle(ctx context.Context, t Target) error
+	Status(ctx context.Context, t Target) (State, error)
+	SetNextBoot(ctx context.Context, t Target, dev BootDevice) error
+}
+
+// Error kinds a driver wraps its errors in, so the queue can decide whether
+// retrying helps and metrics can count by kind.
+var (
+	ErrTimeout     = errors.New("bmc timeout")
+	ErrAuth        = errors.New("bmc authentication failed")
+	ErrUnreachable = errors.New("bmc unreachable")
+	ErrBMC         = errors.New("bmc refused the command")
+	ErrUnsupported = errors.New("not supported by this driver")
+)
+
+// ErrorKind names the kind of err for metrics: timeout, auth, unreachable,
+// bmc, unsupported or other.
+func ErrorKind(err error) string {
+	switch {
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, ErrAuth):
+		return "auth"
+	case errors.Is(err, ErrUnreachable):
+		return "unreachable"
+	case errors.Is(err, ErrBMC):
+		return "bmc"
+	case errors.Is(err, ErrUnsupported):
+		return "unsupported"
+	}
+	return "other"
+}
