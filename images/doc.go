@@ -8,6 +8,45 @@
 // removed when the store is opened; a directory must therefore be opened by
 // one Store (one process) at a time.
 //
-// ImportDir imports a directory described by a rackd-image.json manifest,
-// verifying every file, and undoes its own additions if any file fails.
+// Import reads an image from a Source, a directory (OpenDir) or an HTTP(S)
+// URL (OpenURL), streaming every file straight into the store with its size
+// and checksum verified while it is written, and undoes its own additions
+// if any file fails: a wrong checksum, a truncated download, an HTTP error,
+// a stalled server or a cancelled context all leave the store as it was.
+// ImportDir is Import of a directory.
+//
+// # The manifest: rackd-image.json
+//
+// An image is a directory (or the same layout under a URL) holding
+// rackd-image.json and the files it lists:
+//
+//	{
+//	  "name": "noble",               1-64 of [A-Za-z0-9._+-], not starting with '.'
+//	  "arch": "amd64",               same characters: amd64, arm64
+//	  "purpose": "deploy",           enlist, commission, deploy or bootloader
+//	  "cmdline": "console=ttyS0 ro", optional (see below)
+//	  "files": [
+//	    {"path": "vmlinuz", "role": "kernel", "sha256": "<64 hex>", "size": 12345},
+//	    {"path": "initrd.img", "role": "initrd", "sha256": "<64 hex>", "size": 678}
+//	  ]
+//	}
+//
+// Unknown fields are refused, so a manifest written for a newer rackd fails
+// loudly rather than losing meaning; every field added later is optional,
+// so older manifests keep importing. Paths are clean, relative and
+// slash-separated, without "..". Roles are kernel, initrd (loaded in the
+// listed order), image and bootloader; sizes are 0 to MaxFileSize bytes.
+//
+// cmdline holds the image's own kernel arguments. rackd boots the image
+// with its own arguments first (rackd.url, rackd.mode, rackd.machine,
+// rackd.token) and cmdline's after them, so an image can end with "--"
+// and arguments for init. It is at most MaxCmdline bytes of words made of
+// [A-Za-z0-9._~:/,=+@%-] separated by spaces; rackd.* and initrd= are
+// reserved (see CheckCmdline).
+//
+// An image of purpose bootloader carries the network bootloaders (role
+// bootloader) under the names the DHCP server hands out and the loaders
+// fetch: pxelinux.0, ldlinux.c32, bootx64.efi, grubx64.efi, grubaa64.efi,
+// undionly.kpxe, ipxe.efi, snponly.efi. rackd serves each such file at its
+// path in the boot tree; `make bootloaders` builds and imports them.
 package images

@@ -4,19 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"sort"
 	"strings"
+	"sync"
 )
 
-// ImportOptions tunes ImportDir. The zero value is usable.
+// ImportOptions tunes an import. The zero value is usable.
 type ImportOptions struct {
 	// InUse reports whether a blob is referenced by another image in the
 	// registry; rollback never removes such blobs. Nil means none is.
 	InUse func(sha256 string) bool
-	// Progress, if non-nil, is called as each file is copied.
-	Progress func(path string, written, size int64)
+	// Check, if non-nil, vets the parsed manifest before any file is
+	// read: an error stops the import with nothing added.
+	Check func(*Manifest) error
+	// Progress, if non-nil, is called with the running totals: once when
+	// the manifest is read, then as each file is copied. It is called
+	// from the importing goroutine and must be quick.
+	Progress func(Progress)
+}
+
+// Progress is how far an import has come.
+type Progress struct {
+	// Path is the manifest path of the file being copied ("" before
+	// the first).
+	Path string
+	// Done and Total are the bytes of the whole image: the sum of the
+	// manifest's sizes, and how many of them are stored so far.
+	Done, Total int64
+	// FilesDone of Files are stored.
+	FilesDone, Files int
 }
 
 // ImportError is returned when an import fails after adding blobs; Removed
@@ -53,65 +69,101 @@ func (e *ImportError) Unwrap() error { return e.Err }
 // this import created that neither another image (opts.InUse) nor a
 // concurrent import references are removed, and an *ImportError says which.
 func ImportDir(ctx context.Context, s *Store, dir string, opts ImportOptions) (*Manifest, []Blob, error) {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("images: import: %w", err)
-	}
-	defer root.Close()
-
-	mf, err := root.Open(ManifestName)
-	if err != nil {
-		return nil, nil, fmt.Errorf("images: import: %w", err)
-	}
-	data, err := io.ReadAll(io.LimitReader(mf, MaxManifestSize+1))
-	mf.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("images: import: read manifest: %w", err)
-	}
-	if len(data) > MaxManifestSize {
-		return nil, nil, fmt.Errorf("images: import: manifest larger than %d bytes", MaxManifestSize)
-	}
-	m, err := ParseManifest(data)
+	src, err := OpenDir(dir)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer src.Close()
+	im, err := Import(ctx, s, src, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	im.Release()
+	return im.Manifest, im.Blobs, nil
+}
+
+// Imported is the result of Import: the manifest and its blobs, which stay
+// pinned (Remove refuses them with ErrInUse) until Release, so the caller
+// can record them in the registry before a concurrent delete could take
+// them away.
+type Imported struct {
+	Manifest *Manifest
+	// Blobs holds one blob per manifest file, in order.
+	Blobs []Blob
+
+	s      *Store
+	pinned []string
+	once   sync.Once
+}
+
+// Release unpins the blobs. It is safe to call more than once.
+func (im *Imported) Release() {
+	im.once.Do(func() { im.s.unpin(im.pinned, nil) })
+}
+
+// Import reads src's manifest, validates it (and runs opts.Check), then
+// streams every file it lists into s, verifying size and sha256 while
+// writing. On success the blobs stay pinned until the caller calls
+// Release. On failure the blobs this import created that neither another
+// image (opts.InUse) nor a concurrent import references are removed, and an
+// *ImportError says which; nothing half-written is ever left in the store.
+func Import(ctx context.Context, s *Store, src Source, opts ImportOptions) (*Imported, error) {
+	data, err := src.Manifest(ctx)
+	if err != nil {
+		return nil, &ImportError{Err: err}
+	}
+	m, err := ParseManifest(data)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Check != nil {
+		if err := opts.Check(m); err != nil {
+			return nil, fmt.Errorf("images: manifest: %w", err)
+		}
+	}
+	pr := Progress{Files: len(m.Files)}
+	for _, f := range m.Files {
+		pr.Total += f.Size
+	}
+	report := func() {
+		if opts.Progress != nil {
+			opts.Progress(pr)
+		}
+	}
+	report()
 
 	var pinned []string
 	created := map[string]bool{}
 	blobs := make([]Blob, 0, len(m.Files))
 	for _, f := range m.Files {
-		b, made, err := importFile(ctx, s, root, f, opts.Progress)
+		pr.Path = f.Path
+		before := pr.Done
+		b, made, err := importFile(ctx, s, src, f, func(n int64) {
+			pr.Done = before + n
+			report()
+		})
 		if err != nil {
-			return nil, nil, rollback(s, pinned, created, opts.InUse, &ImportError{Path: f.Path, Err: err})
+			return nil, rollback(s, pinned, created, opts.InUse, &ImportError{Path: f.Path, Err: err})
 		}
 		pinned = append(pinned, b.SHA256)
 		if made {
 			created[b.SHA256] = true
 		}
 		blobs = append(blobs, b)
+		pr.Done = before + f.Size
+		pr.FilesDone++
+		report()
 	}
-	s.unpin(pinned, nil)
-	return m, blobs, nil
+	return &Imported{Manifest: m, Blobs: blobs, s: s, pinned: pinned}, nil
 }
 
-func importFile(ctx context.Context, s *Store, root *os.Root, f File, progress func(string, int64, int64)) (Blob, bool, error) {
-	fh, err := root.Open(f.Path)
+func importFile(ctx context.Context, s *Store, src Source, f File, progress func(int64)) (Blob, bool, error) {
+	rc, err := src.Open(ctx, f)
 	if err != nil {
 		return Blob{}, false, err
 	}
-	defer fh.Close()
-	fi, err := fh.Stat()
-	if err != nil {
-		return Blob{}, false, err
-	}
-	if !fi.Mode().IsRegular() {
-		return Blob{}, false, errors.New("not a regular file")
-	}
-	var p func(int64)
-	if progress != nil {
-		p = func(n int64) { progress(f.Path, n, f.Size) }
-	}
-	return s.add(ctx, fh, f.SHA256, f.Size, p, true)
+	defer rc.Close()
+	return s.add(ctx, rc, f.SHA256, f.Size, progress, true)
 }
 
 func rollback(s *Store, pinned []string, created map[string]bool, inUse func(string) bool, ie *ImportError) error {

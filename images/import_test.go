@@ -63,7 +63,8 @@ func TestImportDir(t *testing.T) {
 			s, sdir := mustOpen(t)
 			img := writeImage(t, tc.files)
 			var calls int
-			m, blobs, err := ImportDir(context.Background(), s, img, ImportOptions{Progress: func(string, int64, int64) { calls++ }})
+			var last Progress
+			m, blobs, err := ImportDir(context.Background(), s, img, ImportOptions{Progress: func(p Progress) { calls++; last = p }})
 			if tc.wantErr != "" {
 				var ie *ImportError
 				if !errors.As(err, &ie) || !strings.Contains(err.Error(), tc.wantErr) {
@@ -80,6 +81,9 @@ func TestImportDir(t *testing.T) {
 			}
 			if m.Name != "noble" || len(blobs) != len(tc.files) || calls == 0 {
 				t.Fatalf("m=%+v blobs=%+v calls=%d", m, blobs, calls)
+			}
+			if want := int64(len(kernel) + len(initrd)); last.Done != want || last.Total != want || last.FilesDone != 2 || last.Files != 2 {
+				t.Fatalf("last progress %+v, want %d of %d bytes and 2 of 2 files", last, want, want)
 			}
 			for i, f := range tc.files {
 				if blobs[i] != (Blob{sum(f.data), int64(len(f.data))}) || !s.Has(blobs[i].SHA256) {
@@ -156,6 +160,9 @@ func TestParseManifest(t *testing.T) {
 	man := func(purpose string, files ...string) string {
 		return `{"name":"noble","arch":"amd64","purpose":"` + purpose + `","files":[` + strings.Join(files, ",") + `]}`
 	}
+	cmd := func(c string) string {
+		return `{"name":"noble","arch":"amd64","purpose":"deploy","cmdline":"` + c + `","files":[` + file("k", "kernel", goodSHA) + `]}`
+	}
 	tests := []struct {
 		name, in, wantErr string
 	}{
@@ -176,7 +183,18 @@ func TestParseManifest(t *testing.T) {
 		{"dup path", man("deploy", file("k", "kernel", goodSHA), file("k", "initrd", goodSHA)), "duplicate"},
 		{"bad name", `{"name":"../x","arch":"amd64","purpose":"deploy","files":[` + file("k", "kernel", goodSHA) + `]}`, "name"},
 		{"trailing", man("deploy", file("k", "kernel", goodSHA)) + "{}", "trailing"},
-		{"negative size", man("deploy", `{"path":"k","role":"kernel","sha256":"`+goodSHA+`","size":-1}`), "negative"},
+		{"negative size", man("deploy", `{"path":"k","role":"kernel","sha256":"`+goodSHA+`","size":-1}`), "size -1"},
+		{"huge size", man("deploy", `{"path":"k","role":"kernel","sha256":"`+goodSHA+`","size":68719476737}`), "size 68719476737"},
+		{"bootloader", man("bootloader", file("pxelinux.0", "bootloader", goodSHA)), ""},
+		{"cmdline", cmd("console=ttyS0,115200n8 quiet  ip=dhcp"), ""},
+		{"cmdline newline", cmd(`quiet\nro`), "not allowed"},
+		{"cmdline tab", cmd(`quiet\tro`), "not allowed"},
+		{"cmdline quote", cmd(`a=\"b c\"`), "not allowed"},
+		{"cmdline dollar", cmd(`a=$x`), "not allowed"},
+		{"cmdline semicolon", cmd(`a;reboot`), "not allowed"},
+		{"cmdline rackd", cmd(`quiet rackd.url=http://evil`), "reserved"},
+		{"cmdline initrd", cmd(`initrd=x`), "reserved"},
+		{"cmdline long", cmd(strings.Repeat("a", MaxCmdline+1)), "at most"},
 		{"not json", "nope", "manifest"},
 	}
 	for _, tc := range tests {

@@ -14,14 +14,25 @@ import (
 // ManifestName is the manifest file name inside an image directory.
 const ManifestName = "rackd-image.json"
 
-// MaxManifestSize bounds the manifest file read by ImportDir.
+// MaxManifestSize bounds the manifest file an import reads.
 const MaxManifestSize = 1 << 20
+
+// MaxFileSize bounds one file of an image. Boot artefacts are kernels,
+// initrds and root file system images; the bound keeps a typo in a
+// manifest's size from letting an import fill the disk.
+const MaxFileSize = 64 << 30
+
+// MaxCmdline bounds a manifest's kernel command line. The kernel's own
+// limit (COMMAND_LINE_SIZE) is 2048 bytes on x86 and arm64, and rackd's
+// arguments and the initrd names share it.
+const MaxCmdline = 1024
 
 // Purposes and roles accepted in a manifest.
 const (
 	PurposeEnlist     = "enlist"
 	PurposeCommission = "commission"
 	PurposeDeploy     = "deploy"
+	PurposeBootloader = "bootloader"
 
 	RoleKernel     = "kernel"
 	RoleInitrd     = "initrd"
@@ -29,13 +40,20 @@ const (
 	RoleBootloader = "bootloader"
 )
 
-// Manifest describes one boot image: rackd-image.json.
+// Manifest describes one boot image: rackd-image.json. See the package
+// documentation for the format.
 type Manifest struct {
 	Name    string `json:"name"`
 	Arch    string `json:"arch"`
 	Purpose string `json:"purpose"`
+	// Cmdline is the image's own kernel arguments, space-separated
+	// (optional). rackd appends them to its own when it boots the image.
+	Cmdline string `json:"cmdline,omitempty"`
 	Files   []File `json:"files"`
 }
+
+// Args returns the kernel arguments of Cmdline, one word each.
+func (m *Manifest) Args() []string { return strings.Fields(m.Cmdline) }
 
 // File is one artefact of an image, Path relative to the image directory.
 type File struct {
@@ -73,9 +91,12 @@ func (m *Manifest) Validate() error {
 		return err
 	}
 	switch m.Purpose {
-	case PurposeEnlist, PurposeCommission, PurposeDeploy:
+	case PurposeEnlist, PurposeCommission, PurposeDeploy, PurposeBootloader:
 	default:
-		return fmt.Errorf("images: manifest: purpose %q: want enlist, commission or deploy", m.Purpose)
+		return fmt.Errorf("images: manifest: purpose %q: want enlist, commission, deploy or bootloader", m.Purpose)
+	}
+	if err := CheckCmdline(m.Cmdline); err != nil {
+		return fmt.Errorf("images: manifest: %w", err)
 	}
 	if len(m.Files) == 0 {
 		return errors.New("images: manifest: no files")
@@ -97,8 +118,8 @@ func (m *Manifest) Validate() error {
 		if !ValidHex(f.SHA256) {
 			return fmt.Errorf("images: manifest: files[%d]: sha256 %q: want 64 lowercase hex characters", i, f.SHA256)
 		}
-		if f.Size < 0 {
-			return fmt.Errorf("images: manifest: files[%d]: negative size %d", i, f.Size)
+		if f.Size < 0 || f.Size > MaxFileSize {
+			return fmt.Errorf("images: manifest: files[%d]: size %d: want 0 to %d bytes", i, f.Size, int64(MaxFileSize))
 		}
 	}
 	return nil
@@ -143,6 +164,45 @@ func checkPath(p string) error {
 	}
 	if path.Clean(p) != p || p == "." {
 		return fmt.Errorf("path %q: not clean", p)
+	}
+	return nil
+}
+
+// argChars are the characters allowed in a kernel argument besides ASCII
+// letters and digits: the set netboot/bootconf accepts (its argChars),
+// none of which is special to GRUB, pxelinux, iPXE or the kernel's own
+// parser. Refusing at import time means an image the renderer would
+// refuse never reaches the registry.
+const argChars = "._~:/,=+@%-"
+
+// reservedArgs are argument prefixes an image may not set: rackd.* is
+// rackd's own (the URL the environment calls back, the machine's identity
+// and token) and must not be overridden by a later duplicate, and initrd=
+// is how pxelinux and iPXE name the initrds rackd lists.
+var reservedArgs = []string{"rackd.", "initrd="}
+
+// CheckCmdline checks a manifest's kernel command line: at most MaxCmdline
+// bytes of space-separated words, each made of [A-Za-z0-9._~:/,=+@%-] and
+// none starting with rackd. or initrd=. Quotes, backslashes, $, control
+// characters and newlines are refused rather than escaped, because the
+// loaders' configs have no escape that works for all of them.
+func CheckCmdline(s string) error {
+	if len(s) > MaxCmdline {
+		return fmt.Errorf("cmdline is %d bytes long, at most %d", len(s), MaxCmdline)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == ' ' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(argChars, c) >= 0 {
+			continue
+		}
+		return fmt.Errorf("cmdline %q: character %q at byte %d is not allowed (want words of [A-Za-z0-9%s] separated by spaces)", s, c, i, argChars)
+	}
+	for _, a := range strings.Fields(s) {
+		for _, r := range reservedArgs {
+			if strings.HasPrefix(a, r) {
+				return fmt.Errorf("cmdline argument %q: %s* is reserved for rackd", a, r)
+			}
+		}
 	}
 	return nil
 }
