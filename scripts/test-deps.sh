@@ -17,6 +17,8 @@ tftp tftp-hpa
 atftp atftp
 curl curl
 udhcpc udhcpc
+ipmi_sim openipmi
+ipmitool ipmitool
 LIST
 
 if [ ${#need[@]} -eq 0 ]; then
