@@ -138,12 +138,14 @@ func (a Address) live(now time.Time) bool {
 }
 
 // ipamState is what address management keeps in memory: addresses offered
-// but not yet requested, and where the next dynamic search starts. Only
-// operations running in the committer touch it.
+// but not yet requested, and where the next dynamic search starts.
 type ipamState struct {
-	opts   IPAMOptions
-	mu     sync.Mutex
-	offers map[netip.Addr]offer
+	opts IPAMOptions
+	// offerMu serialises offers (which run outside the committer) so that
+	// choosing a free address and holding it is one step.
+	offerMu sync.Mutex
+	mu      sync.Mutex
+	offers  map[netip.Addr]offer
 	// subnets caches the committed subnets; nil when an operation changed
 	// them and the commit has not reloaded it yet.
 	subnets atomic.Pointer[[]Subnet]

@@ -79,7 +79,19 @@ func (s *Store) DHCPOffer(ctx context.Context, req LeaseRequest) (Grant, error) 
 		return Grant{}, err
 	}
 	var g Grant
-	err = s.updateLazy(ctx, s.ipam.opts.LeaseCommitDelay, func(t *Tx) error {
+	// An offer writes nothing, so it runs in a read transaction of its own
+	// rather than in the committer: no wait for a group commit, no write
+	// transaction. offerMu makes choosing and holding one step, so that two
+	// offers never pick the same address. What the read transaction cannot
+	// see yet (a lease being committed) is still held in memory: a binding's
+	// hold is dropped only after its commit (see DHCPAck).
+	st := s.ipam
+	st.offerMu.Lock()
+	defer st.offerMu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return Grant{}, err
+	}
+	err = s.view(func(t *Tx) error {
 		sn, err := t.subnetFor(req.Link)
 		if err != nil {
 			return err
@@ -88,7 +100,6 @@ func (s *Store) DHCPOffer(ctx context.Context, req LeaseRequest) (Grant, error) 
 		if err != nil {
 			return err
 		}
-		st := s.ipam
 		if a, ok := preferred(recs, sn); ok {
 			if a.Kind != KindDynamic {
 				g, err = t.grant(st, a, sn, req, false)
@@ -204,7 +215,9 @@ func (s *Store) DHCPAck(ctx context.Context, req LeaseRequest) (Grant, error) {
 		if err := t.putAddress(a); err != nil {
 			return err
 		}
-		st.unhold(ip, mac, sn.CIDR)
+		// Offers are chosen from read transactions, which see this lease
+		// only once it is committed: until then the hold keeps it.
+		t.afterCommit(func() { st.unhold(ip, mac, sn.CIDR) })
 		return nil
 	})
 	return g, err
@@ -259,7 +272,7 @@ func (s *Store) quarantine(ctx context.Context, ip netip.Addr, by, reason, decli
 		if decliner != "" && found && cur.live(t.now) && cur.MAC != decliner {
 			return errorf(CodeIPInUse, "%s declined %s, which is not its lease", decliner, ip)
 		}
-		s.ipam.unhold(ip, "", sn.CIDR)
+		t.afterCommit(func() { s.ipam.unhold(ip, "", sn.CIDR) })
 		return t.putAddress(Address{IP: ip, Subnet: sn.CIDR, Kind: KindDiscovered, MAC: by, Purpose: reason,
 			Expires: t.now.Add(s.ipam.opts.Quarantine), Created: t.now})
 	})

@@ -108,6 +108,7 @@ func run() error {
 	servers := flag.String("servers", "rackd,kea,dnsmasq", "servers to measure, comma-separated")
 	dir := flag.String("dir", "bench/out", "scratch directory (lease databases), on the disk being measured")
 	bin := flag.String("rackd", "", "rackd binary to run (default: go build ./agent/cmd/rackd)")
+	rackdExtra := flag.String("rackd-dhcp", "", "TOML lines appended to the [dhcp] section of rackd's config, for tuning experiments")
 	timeout := flag.Duration("timeout", 30*time.Minute, "bound of the whole run")
 	verbose := flag.Bool("v", false, "print perfdhcp's output of every run")
 	flag.Parse()
@@ -188,7 +189,7 @@ func run() error {
 	for _, n := range names {
 		switch n {
 		case "rackd":
-			list = append(list, rackd{t: t, bin: rackdBin})
+			list = append(list, rackd{t: t, bin: rackdBin, extra: *rackdExtra})
 		case "kea":
 			k := kea{t: t}
 			cdir, err := os.MkdirTemp(work, "kea-check-")

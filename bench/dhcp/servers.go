@@ -175,6 +175,9 @@ func (d dnsmasq) leases(_ context.Context, dir string) (int, error) {
 type rackd struct {
 	t   *topology
 	bin string
+	// extra is appended to the [dhcp] section of rackd's config (tuning
+	// experiments, e.g. commit_delay = "4ms").
+	extra string
 }
 
 const rackdAPI = "127.0.0.1:5240"
@@ -194,7 +197,7 @@ probe_timeout = "0s"
 
 func (r rackd) start(ctx context.Context, dir string) (*proc, error) {
 	cfg := filepath.Join(dir, "rackd.toml")
-	if err := os.WriteFile(cfg, []byte(rackdConfig), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(rackdConfig+r.extra+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	state := filepath.Join(dir, "state")
@@ -284,5 +287,27 @@ func (r rackd) leases(ctx context.Context, dir string) (int, error) {
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		return 0, err
 	}
+	r.printCommits(ctx)
 	return len(list), nil
+}
+
+// printCommits prints how many group commits the run took, which is what
+// the CPU per DORA of a durable store mostly depends on.
+func (r rackd) printCommits(ctx context.Context) {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+rackdAPI+"/metrics", nil)
+	if err != nil {
+		return
+	}
+	resp, err := r.client().Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "rackd_store_commits_total") || strings.HasPrefix(line, "rackd_store_commit_operations_sum") ||
+			strings.HasPrefix(line, "rackd_store_commit_operations_count") {
+			fmt.Println("rackd:", line)
+		}
+	}
 }

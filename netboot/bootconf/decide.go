@@ -37,9 +37,10 @@ type Environment struct {
 	// Initrds are the initrd paths, loaded in order (the kernel
 	// concatenates them, so microcode comes first).
 	Initrds []string
-	// Args are kernel command-line arguments, one word each
-	// ("console=ttyS0,115200"). Quoted values with spaces are not
-	// supported: see the package documentation.
+	// Args are the environment's own kernel command-line arguments, one
+	// word each ("console=ttyS0,115200"), rendered after rackd's (see
+	// Decision.Cmdline). Quoted values with spaces are not supported, and
+	// rackd.* and initrd= are refused: see the package documentation.
 	Args []string
 }
 
@@ -160,10 +161,17 @@ func Decide(m MachineInfo, known bool, env Environments) Decision {
 	return d
 }
 
-// Cmdline returns the kernel command line of a decision that boots: the
-// environment's arguments, then rackd.url=<httpBase>, rackd.mode=<mode>
-// and, for known machines, rackd.machine=<id> and rackd.token=<token> when
-// one is set. It returns nil when the decision does not boot a kernel.
+// Cmdline returns the kernel command line of a decision that boots:
+// rackd.url=<httpBase>, rackd.mode=<mode> and, for known machines,
+// rackd.machine=<id> and rackd.token=<token> when one is set, then the
+// environment's own arguments (the image's cmdline). It returns nil when
+// the decision does not boot a kernel.
+//
+// rackd's arguments come first so that an image's arguments can end with
+// "--" and arguments for init, which must be last: the kernel hands
+// everything after "--" to init. An image cannot override rackd's
+// arguments with a later duplicate either: prepare refuses rackd.* (and
+// initrd=, which the loaders' configs set) in Env.Args.
 //
 // The base URL is an argument rather than part of the decision because it
 // depends on the request: the agent answers each client with the address
@@ -173,7 +181,6 @@ func (d Decision) Cmdline(httpBase string) []string {
 		return nil
 	}
 	args := make([]string, 0, len(d.Env.Args)+4)
-	args = append(args, d.Env.Args...)
 	args = append(args, "rackd.url="+httpBase, "rackd.mode="+string(d.Mode))
 	if d.Known {
 		args = append(args, "rackd.machine="+d.Machine.ID)
@@ -181,5 +188,5 @@ func (d Decision) Cmdline(httpBase string) []string {
 			args = append(args, "rackd.token="+d.Machine.Token)
 		}
 	}
-	return args
+	return append(args, d.Env.Args...)
 }

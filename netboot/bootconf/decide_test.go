@@ -137,15 +137,19 @@ func TestCmdline(t *testing.T) {
 	}{
 		"enlist: no identity": {
 			m:    MachineInfo{ID: "ignored", Token: "ignored", State: "DEPLOYING"},
-			want: "console=ttyS0,115200n8 quiet rackd.url=http://10.0.0.1:5240 rackd.mode=enlist",
+			want: "rackd.url=http://10.0.0.1:5240 rackd.mode=enlist console=ttyS0,115200n8 quiet",
 		},
 		"commission with token": {
 			m: MachineInfo{ID: "m-1", State: "COMMISSIONING", Token: "s3cret"}, known: true,
-			want: "console=tty0 console=ttyS0,115200n8 rackd.url=http://10.0.0.1:5240 rackd.mode=commission rackd.machine=m-1 rackd.token=s3cret",
+			want: "rackd.url=http://10.0.0.1:5240 rackd.mode=commission rackd.machine=m-1 rackd.token=s3cret console=tty0 console=ttyS0,115200n8",
 		},
 		"deploy without token": {
 			m: MachineInfo{ID: "m-2", State: "DEPLOYING", Image: "ubuntu-24.04"}, known: true,
-			want: "ro ip=dhcp rackd.url=http://10.0.0.1:5240 rackd.mode=deploy rackd.machine=m-2",
+			want: "rackd.url=http://10.0.0.1:5240 rackd.mode=deploy rackd.machine=m-2 ro ip=dhcp",
+		},
+		"image arguments for init come last": {
+			m: MachineInfo{ID: "m-5", State: "DEPLOYING", Image: "debian-13-rescue"}, known: true,
+			want: "rackd.url=http://10.0.0.1:5240 rackd.mode=deploy rackd.machine=m-5 console=ttyS0 -- systemd.unit=rescue.target",
 		},
 		"local: no command line": {
 			m: MachineInfo{ID: "m-3", State: "DEPLOYED", Token: "s3cret"}, known: true,

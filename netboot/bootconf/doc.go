@@ -26,6 +26,12 @@
 // right for all of them, and it keeps a hostile hostname or image name from
 // adding a line or an argument to a config.
 //
+// An environment's own kernel arguments (an image's cmdline) come after
+// rackd's rackd.url, rackd.mode, rackd.machine and rackd.token, so that an
+// image can end its arguments with "--" and arguments for init; rackd.*
+// and initrd= are refused in them (CheckArgs), so an image can neither
+// override rackd's arguments nor name initrds of its own.
+//
 // # Caveats
 //
 // ParsePath expects paths relative to the boot tree: the TFTP layer strips

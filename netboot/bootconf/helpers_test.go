@@ -59,6 +59,7 @@ const (
 	macDeploying     = "52:54:00:00:00:02"
 	macDeployed      = "52:54:00:00:00:03"
 	macNoImage       = "52:54:00:00:00:04" // DEPLOYING an image that is not imported
+	macRescue        = "52:54:00:00:00:05" // DEPLOYING an image whose cmdline passes arguments to init
 	macUnknown       = "52:54:00:00:00:99"
 )
 
@@ -83,6 +84,13 @@ func testEnvironments(arch string) Environments {
 				Initrds: []string{dir + "ubuntu-24.04-" + arch + "/initrd.img"},
 				Args:    []string{"ro", "ip=dhcp"},
 			},
+			// An image's cmdline may end with "--" and arguments for
+			// init, which therefore come after rackd's arguments.
+			"debian-13-rescue": {
+				Kernel:  dir + "debian-13-rescue-" + arch + "/vmlinuz",
+				Initrds: []string{dir + "debian-13-rescue-" + arch + "/initrd.img"},
+				Args:    []string{"console=ttyS0", "--", "systemd.unit=rescue.target"},
+			},
 		},
 	}
 }
@@ -96,6 +104,7 @@ func newFixture(imported bool) *fakeSource {
 			macDeploying:     {ID: "m-0002", Hostname: "web1", State: "DEPLOYING", Arch: "amd64", Image: "ubuntu-24.04", Token: "Zm9vYmFy+/="},
 			macDeployed:      {ID: "m-0003", Hostname: "db1", State: "DEPLOYED", Arch: "amd64", Image: "ubuntu-24.04"},
 			macNoImage:       {ID: "m-0004", Hostname: "web2", State: "DEPLOYING", Arch: "arm64", Image: "debian-13"},
+			macRescue:        {ID: "m-0005", Hostname: "web3", State: "DEPLOYING", Arch: "amd64", Image: "debian-13-rescue", Token: "t0ken"},
 		},
 		envs: map[string]Environments{},
 	}

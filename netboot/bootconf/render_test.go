@@ -60,6 +60,7 @@ func TestGolden(t *testing.T) {
 			"missing-enlist":     {empty, path(macUnknown)},
 			"missing-commission": {empty, path(macCommissioning)},
 			"missing-deploy":     {imported, path(macNoImage)},
+			"deploy-cmdline":     {imported, path(macRescue)},
 		} {
 			cases[kind+"-"+scenario] = g
 		}
@@ -300,6 +301,8 @@ func TestRenderRefusesInjection(t *testing.T) {
 		"arg with single quote": {env: func(e *Environment) { e.Args = []string{"a'b"} }},
 		"arg with newline":      {env: func(e *Environment) { e.Args = []string{"quiet\nLABEL evil"} }},
 		"empty arg":             {env: func(e *Environment) { e.Args = []string{""} }},
+		"arg overriding rackd":  {env: func(e *Environment) { e.Args = []string{"rackd.url=http://evil"} }},
+		"arg naming an initrd":  {env: func(e *Environment) { e.Args = []string{"initrd=../x"} }},
 		"command line too long": {env: func(e *Environment) {
 			e.Args = []string{strings.Repeat("a", 500), strings.Repeat("b", 500), strings.Repeat("c", 500), strings.Repeat("d", 500)}
 		}},

@@ -215,10 +215,8 @@ func prepare(d Decision, b base) (plan, error) {
 		}
 		total += len(f) + 1
 	}
-	for _, a := range d.Env.Args {
-		if err := checkValue("kernel argument", a, maxArg, argChars, false); err != nil {
-			return plan{}, err
-		}
+	if err := CheckArgs(d.Env.Args); err != nil {
+		return plan{}, err
 	}
 	p.kernel, p.initrds, p.args = d.Env.Kernel, d.Env.Initrds, d.Cmdline(b.url)
 	// The longest spelling is pxelinux's, with every initrd path in it.
@@ -226,4 +224,29 @@ func prepare(d Decision, b base) (plan, error) {
 		return plan{}, fmt.Errorf("%w: kernel command line of %d bytes, at most %d", ErrInvalid, total, maxCmdline)
 	}
 	return p, nil
+}
+
+// reservedArgs are the argument prefixes an environment's own arguments may
+// not use: rackd.* are rackd's (the URL the environment calls back, the
+// machine's identity and token), which a later duplicate would override
+// for a parser that keeps the last one; initrd= is set by the pxelinux and
+// iPXE configs themselves.
+var reservedArgs = []string{"rackd.", "initrd="}
+
+// CheckArgs checks an environment's own kernel arguments (an image's
+// cmdline, one word each) the way rendering does: each 1 to 512 bytes of
+// [A-Za-z0-9._~:/,=+@%-], none starting with rackd. or initrd=. The agent
+// uses it to refuse at import time what a config could not carry.
+func CheckArgs(args []string) error {
+	for _, a := range args {
+		if err := checkValue("kernel argument", a, maxArg, argChars, false); err != nil {
+			return err
+		}
+		for _, r := range reservedArgs {
+			if strings.HasPrefix(a, r) {
+				return fmt.Errorf("%w: kernel argument %q: %s* is reserved for rackd", ErrInvalid, a, r)
+			}
+		}
+	}
+	return nil
 }
