@@ -87,12 +87,19 @@ func (s *Store) Allocate(ctx context.Context, actor Actor, req AllocateRequest) 
 	if len(req.AgentName) > 256 {
 		return AllocateResult{}, errorf(CodeInvalid, "agent_name is too long (at most 256 bytes)")
 	}
-	var res AllocateResult
+	var (
+		res   AllocateResult
+		kicks []string
+	)
 	err := s.update(ctx, func(t *Tx) error {
 		var err error
 		res, err = t.allocate(actor, req)
+		kicks = t.powerKicks
 		return err
 	})
+	if err == nil {
+		s.notifyPower(kicks)
+	}
 	return res, err
 }
 
@@ -135,6 +142,9 @@ func (t *Tx) allocate(actor Actor, req AllocateRequest) (AllocateResult, error) 
 	m.Allocation = &Allocation{Owner: actor.Name, AgentName: req.AgentName,
 		TokenHash: HashToken(token), Created: t.now}
 	if err := t.putMachine(&m); err != nil {
+		return AllocateResult{}, err
+	}
+	if err := t.applyPowerPolicy(m, actor.Name, "allocated"); err != nil {
 		return AllocateResult{}, err
 	}
 	err := t.addEvent(Event{Machine: m.ID, Actor: actor.Name, Action: string(ActionAllocate),

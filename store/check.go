@@ -86,6 +86,7 @@ func (s *Store) check() error {
 				bad("machine %s (%s, owner %q): free index says %q", id, m.State, m.Owner, got)
 			}
 		}
+		t.checkPower(machines, bad)
 		index(bucketFree, func(m Machine, k string) bool { return m.Hostname == k && isFree(m) })
 		index(bucketHostnames, func(m Machine, k string) bool { return m.Hostname == k })
 		index(bucketMACs, func(m Machine, k string) bool { return slices.Contains(m.MACs, k) })

@@ -333,12 +333,19 @@ func (s *Store) Transition(ctx context.Context, actor Actor, req TransitionReque
 	if req.Action == ActionAllocate {
 		return Machine{}, errorf(CodeInvalid, "use Allocate to allocate a machine")
 	}
-	var m Machine
+	var (
+		m     Machine
+		kicks []string
+	)
 	err := s.update(ctx, func(t *Tx) error {
 		var err error
 		m, err = t.transition(actor, req)
+		kicks = t.powerKicks
 		return err
 	})
+	if err == nil {
+		s.notifyPower(kicks)
+	}
 	return m, err
 }
 
@@ -376,6 +383,9 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 	if err := t.putMachine(&m); err != nil {
 		return Machine{}, err
 	}
+	if err := t.applyPowerPolicy(m, actor.Name, req.Reason); err != nil {
+		return Machine{}, err
+	}
 	reason := req.Reason
 	if req.Image != "" {
 		reason = strings.TrimSpace("image " + req.Image + "; " + reason)
@@ -397,9 +407,14 @@ func withMachine(err error, m Machine) error {
 // than the given timeouts to FAILED_COMMISSIONING / FAILED_DEPLOYMENT, with
 // the reason in the event. A zero timeout disables that check.
 func (s *Store) Expire(ctx context.Context, commissioning, deploying time.Duration) ([]Machine, error) {
-	var expired []Machine
+	var (
+		expired []Machine
+		kicks   []string
+	)
+	defer func() { s.notifyPower(kicks) }()
 	err := s.update(ctx, func(t *Tx) error {
 		expired = expired[:0]
+		defer func() { kicks = t.powerKicks }()
 		var todo []TransitionRequest
 		err := t.tx.Bucket(bucketMachines).ForEach(func(k, v []byte) error {
 			var m Machine

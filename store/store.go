@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -122,6 +123,16 @@ var migrations = []func(tx *bolt.Tx) error{
 		}
 		return nil
 	},
+	// 5 -> 6: the power queue's requests and each machine's desired and
+	// observed power (machines without a record take their state's policy).
+	func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketPowerRequests, bucketPowerOpen, bucketPowerState} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return fmt.Errorf("create bucket %s: %w", b, err)
+			}
+		}
+		return nil
+	},
 }
 
 // SchemaVersion is the schema this build of rackd writes.
@@ -158,6 +169,9 @@ type Store struct {
 	stop    chan struct{}
 	stopped chan struct{}
 	closeMu sync.Once
+
+	// powerNotify is told about machines with new power requests.
+	powerNotify atomic.Pointer[func(machine string)]
 }
 
 // op is one write waiting for the committer.
@@ -255,11 +269,6 @@ func openBolt(path string, opts Options) (*bolt.DB, error) {
 			Timeout:      opts.LockTimeout,
 			ReadOnly:     opts.ReadOnly,
 			FreelistType: bolt.FreelistMapType,
-			// The freelist is not written on every commit (one page or more
-			// less to write and sync per commit); bbolt rebuilds it by
-			// scanning the file on open, which for a rack's database takes
-			// milliseconds. etcd runs bbolt this way.
-			NoFreelistSync: true,
 			OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
 				f, err := os.OpenFile(name, flag, perm)
 				file = f
@@ -378,15 +387,9 @@ type Tx struct {
 	now   time.Time
 	dirty bool
 	ipam  *ipamState
-	// after runs once the transaction's writes are durable (or, for an
-	// operation that wrote nothing, once it has run): in-memory state that
-	// readers outside the committer consult must not move ahead of what
-	// they can see in the database.
-	after []func()
+	// powerKicks lists machines this operation queued power requests for.
+	powerKicks []string
 }
-
-// afterCommit runs fn once this operation's outcome is committed.
-func (t *Tx) afterCommit(fn func()) { t.after = append(t.after, fn) }
 
 // update runs fn in the next group commit and returns once that commit is
 // durable (or fn refused). A cancelled ctx stops the operation only if it has
@@ -502,7 +505,6 @@ func (s *Store) commit(batch []*op) {
 	start := time.Now()
 	results := make([]error, len(batch))
 	wrote := false
-	var after []func()
 	err := s.db.Update(func(btx *bolt.Tx) error {
 		now := s.now().UTC()
 		for i, o := range batch {
@@ -517,9 +519,6 @@ func (s *Store) commit(batch []*op) {
 			}
 			results[i] = err
 			wrote = wrote || t.dirty
-			if err == nil {
-				after = append(after, t.after...)
-			}
 		}
 		if !wrote {
 			// Only refusals and no-ops: a commit would cost two fsyncs for
@@ -529,7 +528,6 @@ func (s *Store) commit(batch []*op) {
 		return nil
 	})
 	if errors.Is(err, errNothingWritten) {
-		runAll(after)
 		for i, o := range batch {
 			o.done <- results[i]
 		}
@@ -545,7 +543,6 @@ func (s *Store) commit(batch []*op) {
 	}
 	if err == nil {
 		s.ipam.refreshSubnets(s.db)
-		runAll(after)
 	}
 	if s.opts.OnCommit != nil {
 		s.opts.OnCommit(len(batch), time.Since(start))
@@ -564,10 +561,8 @@ func (s *Store) commit1(o *op) {
 		return
 	}
 	var result error
-	t := &Tx{now: s.now().UTC(), ipam: s.ipam}
 	err := s.db.Update(func(btx *bolt.Tx) error {
-		t.tx = btx
-		result = runOp(o.fn, t)
+		result = runOp(o.fn, &Tx{tx: btx, now: s.now().UTC(), ipam: s.ipam})
 		return result
 	})
 	if result == nil && err != nil {
@@ -575,15 +570,8 @@ func (s *Store) commit1(o *op) {
 	}
 	if err == nil {
 		s.ipam.refreshSubnets(s.db)
-		runAll(t.after)
 	}
 	o.done <- result
-}
-
-func runAll(fns []func()) {
-	for _, fn := range fns {
-		fn()
-	}
 }
 
 // runOp turns a panic in an operation into an error so that one bad request

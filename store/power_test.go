@@ -1,0 +1,196 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// TestPowerPolicyTable pins the policy of every lifecycle state (issue 5).
+func TestPowerPolicyTable(t *testing.T) {
+	want := map[State]PowerPolicy{
+		StateNew:                 {Desired: "off", Mode: ModeEnforce},
+		StateCommissioning:       {Desired: "on", Mode: ModeEnforce, NextBoot: "pxe"},
+		StateFailedCommissioning: {Desired: "off", Mode: ModeExpect, Once: true},
+		StateReady:               {Desired: "off", Mode: ModeEnforce},
+		StateAllocated:           {Desired: "off", Mode: ModeEnforce},
+		StateDeploying:           {Desired: "on", Mode: ModeEnforce, NextBoot: "pxe"},
+		StateDeployed:            {Mode: ModeNone},
+		StateFailedDeployment:    {Desired: "off", Mode: ModeExpect, Once: true},
+		StateReleasing:           {Desired: "off", Mode: ModeEnforce},
+		StateBroken:              {Desired: "off", Mode: ModeExpect, Once: true},
+		StateRetired:             {Desired: "off", Mode: ModeExpect, Once: true},
+	}
+	for _, s := range States {
+		w, ok := want[s]
+		if !ok {
+			t.Errorf("state %s has no expected policy: add it to this table", s)
+			continue
+		}
+		if got := PowerPolicyFor(s); got != w {
+			t.Errorf("PowerPolicyFor(%s) = %+v, want %+v", s, got, w)
+		}
+	}
+	if len(want) != len(States) {
+		t.Errorf("the table has %d states, the lifecycle %d", len(want), len(States))
+	}
+	if got := PowerPolicyFor("NOT_A_STATE"); got.Mode != ModeNone || got.Desired != "" {
+		t.Errorf("unknown state: %+v, want mode none", got)
+	}
+}
+
+func createPowered(t *testing.T, s *Store, hostname string, i int, state State) Machine {
+	t.Helper()
+	m, err := s.CreateMachine(context.Background(), testAdmin, NewMachine{
+		Hostname: hostname, MACs: []string{testMAC(i)}, State: state,
+		Power: PowerParams{Driver: "fake", Address: hostname}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestPowerRequestLifecycle(t *testing.T) {
+	s := openTest(t, Options{}, true)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var kicked []string
+	s.OnPowerRequest(func(id string) { mu.Lock(); kicked = append(kicked, id); mu.Unlock() })
+	m := createPowered(t, s, "n1", 1, StateReady)
+	bare := mustCreate(t, s, "bare", 2, StateReady)
+
+	if _, err := s.RequestPower(ctx, testAdmin, bare.ID, PowerOn, ""); CodeOf(err) != CodeInvalid {
+		t.Errorf("power on a machine without a driver: %v, want %s", err, CodeInvalid)
+	}
+	if _, err := s.RequestPower(ctx, Actor{Name: "bob"}, m.ID, PowerOn, ""); CodeOf(err) != CodeForbidden {
+		t.Errorf("a stranger's power on: %v, want %s", err, CodeForbidden)
+	}
+	if _, err := s.RequestPower(ctx, testAdmin, m.ID, "reboot", ""); CodeOf(err) != CodeInvalid {
+		t.Errorf("unknown action: %v", err)
+	}
+	r1, err := s.RequestPower(ctx, testAdmin, m.ID, PowerCycle, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := s.RequestPower(ctx, testAdmin, m.ID, PowerOff, "")
+	r3, _ := s.RequestPower(ctx, testAdmin, "n1", PowerOn, "")
+	if r1.State != PowerPending || r1.ID == r2.ID || r1.Who != "admin" {
+		t.Errorf("r1 %+v", r1)
+	}
+	if ps, _ := s.PowerStatusOf("n1"); ps.Desired != "on" || ps.Mode != ModeEnforce {
+		t.Errorf("desired after on: %+v", ps)
+	}
+	open, _ := s.OpenPowerRequests(m.ID)
+	if len(open) != 3 || open[0].ID != r1.ID || open[2].ID != r3.ID {
+		t.Fatalf("open %+v", open)
+	}
+	if ids, _ := s.MachinesWithOpenPower(); !slices.Equal(ids, []string{m.ID}) {
+		t.Errorf("machines with open requests %v", ids)
+	}
+	if _, err := s.StartPower(ctx, r3.ID, []string{r1.ID, r2.ID}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{r1.ID, r2.ID} {
+		if r, _ := s.PowerRequest(id); r.State != PowerSuperseded || r.SupersededBy != r3.ID || r.Finished.IsZero() {
+			t.Errorf("folded %s: %+v", id, r)
+		}
+	}
+	if err := s.PowerProgress(ctx, r3.ID, 2, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FinishPower(ctx, r3.ID, PowerFailed, "bmc timeout", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FinishPower(ctx, r3.ID, PowerDone, "", ""); CodeOf(err) != CodeConflict {
+		t.Errorf("finishing twice: %v", err)
+	}
+	if open, _ := s.OpenPowerRequests(m.ID); len(open) != 0 {
+		t.Errorf("still open: %+v", open)
+	}
+	evs, _ := s.Events(m.ID, 1)
+	if len(evs) != 1 || evs[0].Action != "power-failed" {
+		t.Errorf("last event %+v, want power-failed", evs)
+	}
+	if _, err := s.PowerRequest("pr-999"); CodeOf(err) != CodeNotFound {
+		t.Errorf("unknown id: %v", err)
+	}
+	if _, err := s.PowerRequest("bogus"); CodeOf(err) != CodeNotFound {
+		t.Errorf("malformed id: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(kicked) != 3 {
+		t.Errorf("notified %v, want the machine 3 times", kicked)
+	}
+}
+
+func TestPowerPolicyOnTransitions(t *testing.T) {
+	s := openTest(t, Options{}, true)
+	ctx := context.Background()
+	m := createPowered(t, s, "n1", 1, StateReady)
+	last := func() *PowerRequest {
+		open, err := s.OpenPowerRequests(m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(open) == 0 {
+			return nil
+		}
+		r := open[len(open)-1]
+		for _, o := range open {
+			if _, err := s.StartPower(ctx, o.ID, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.FinishPower(ctx, o.ID, PowerDone, "", o.Action.Final()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return &r
+	}
+	// Allocating a READY machine changes nothing: still off, enforced.
+	if _, err := s.Allocate(ctx, testAdmin, AllocateRequest{Name: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := last(); r != nil {
+		t.Errorf("allocation queued %+v", r)
+	}
+	if _, err := s.Transition(ctx, testAdmin, TransitionRequest{Machine: "n1", Action: ActionDeploy}); err != nil {
+		t.Fatal(err)
+	}
+	if r := last(); r == nil || r.Action != PowerOn || r.NextBoot != "pxe" || r.Who != "admin" {
+		t.Errorf("deploy queued %+v, want on with next boot pxe", r)
+	}
+	s.Transition(ctx, System, TransitionRequest{Machine: "n1", Action: ActionDeploymentDone})
+	if r := last(); r != nil {
+		t.Errorf("DEPLOYED queued %+v", r)
+	}
+	if ps, _ := s.PowerStatusOf("n1"); ps.Mode != ModeNone || ps.Desired != "on" {
+		t.Errorf("DEPLOYED power %+v", ps)
+	}
+	s.Transition(ctx, testAdmin, TransitionRequest{Machine: "n1", Action: ActionMarkBroken})
+	if r := last(); r == nil || r.Action != PowerOff {
+		t.Errorf("BROKEN queued %+v, want off once", r)
+	}
+	// Under expect, drift is reported once and never corrected.
+	o, err := s.ObservePower(ctx, "n1", "on")
+	if err != nil || !o.Drift || o.Correction != nil {
+		t.Errorf("drift under expect: %+v, %v", o, err)
+	}
+	if o, _ := s.ObservePower(ctx, "n1", "on"); o.Drift {
+		t.Error("drift reported twice")
+	}
+	if r := last(); r != nil {
+		t.Errorf("expect corrected the drift: %+v", r)
+	}
+	// Under enforce (READY after mark-fixed), drift is corrected.
+	s.Transition(ctx, testAdmin, TransitionRequest{Machine: "n1", Action: ActionMarkFixed})
+	last()
+	o, err = s.ObservePower(ctx, "n1", "on")
+	if err != nil || o.Correction == nil || o.Correction.Action != PowerOff || o.Correction.Who != "rackd/enforce" {
+		t.Errorf("drift under enforce: %+v, %v", o, err)
+	}
+	if o, _ := s.ObservePower(ctx, "n1", "on"); o.Correction != nil {
+		t.Error("a second correction while the first is open")
+	}
+}
