@@ -12,7 +12,13 @@ const (
 	PurposeEnlist     = "enlist"
 	PurposeCommission = "commission"
 	PurposeDeploy     = "deploy"
+	// PurposeBootloader images carry the network bootloaders (pxelinux.0,
+	// bootx64.efi, ...) served under their fixed names.
+	PurposeBootloader = "bootloader"
 )
+
+// maxCmdline bounds an image's kernel command line (images.MaxCmdline).
+const maxCmdline = 1024
 
 // ImageFile is one artefact of an image, stored in the images blob store
 // under its SHA-256.
@@ -25,9 +31,13 @@ type ImageFile struct {
 
 // Image is one imported boot image, unique by name and architecture.
 type Image struct {
-	Name    string      `json:"name"`
-	Arch    string      `json:"arch"`
-	Purpose string      `json:"purpose"`
+	Name    string `json:"name"`
+	Arch    string `json:"arch"`
+	Purpose string `json:"purpose"`
+	// Cmdline is the image's own kernel arguments, space-separated,
+	// rendered after rackd's when the image boots. Absent in records
+	// written before it existed, which is the same as empty.
+	Cmdline string      `json:"cmdline,omitempty"`
 	Files   []ImageFile `json:"files"`
 	Created time.Time   `json:"created"`
 }
@@ -47,9 +57,20 @@ func validateImage(im Image) error {
 		return errorf(CodeInvalid, "invalid image arch %q: want 1-64 characters of [A-Za-z0-9._+-], not starting with '.'", im.Arch)
 	}
 	switch im.Purpose {
-	case PurposeEnlist, PurposeCommission, PurposeDeploy:
+	case PurposeEnlist, PurposeCommission, PurposeDeploy, PurposeBootloader:
 	default:
-		return errorf(CodeInvalid, "invalid image purpose %q: want enlist, commission or deploy", im.Purpose)
+		return errorf(CodeInvalid, "invalid image purpose %q: want enlist, commission, deploy or bootloader", im.Purpose)
+	}
+	// The images package checks the command line's words; the store keeps
+	// its own invariant that no record can carry a line break into a
+	// boot config.
+	if len(im.Cmdline) > maxCmdline {
+		return errorf(CodeInvalid, "image cmdline of %d bytes, at most %d", len(im.Cmdline), maxCmdline)
+	}
+	for i := 0; i < len(im.Cmdline); i++ {
+		if c := im.Cmdline[i]; c < 0x20 || c >= 0x7f {
+			return errorf(CodeInvalid, "image cmdline: character %q at byte %d: want printable ASCII", c, i)
+		}
 	}
 	if len(im.Files) == 0 {
 		return errorf(CodeInvalid, "image %s/%s has no files", im.Name, im.Arch)

@@ -23,24 +23,30 @@ func testImage(name, arch, purpose string, shas ...string) store.Image {
 	return im
 }
 
+func withCmdline(im store.Image, c string) store.Image { im.Cmdline = c; return im }
+
 func TestPutImageValidation(t *testing.T) {
 	tests := map[string]struct {
 		actor store.Actor
 		im    store.Image
 		code  store.Code
 	}{
-		"ok":            {admin, testImage("ubuntu-24.04", "amd64", "deploy", sha('a')), ""},
-		"system":        {store.System, testImage("enlist", "arm64", "enlist", sha('a'), sha('b')), ""},
-		"non-admin":     {alice, testImage("x", "amd64", "deploy", sha('a')), store.CodeForbidden},
-		"empty name":    {admin, testImage("", "amd64", "deploy", sha('a')), store.CodeInvalid},
-		"dot name":      {admin, testImage(".x", "amd64", "deploy", sha('a')), store.CodeInvalid},
-		"slash name":    {admin, testImage("a/b", "amd64", "deploy", sha('a')), store.CodeInvalid},
-		"slash arch":    {admin, testImage("a", "amd/64", "deploy", sha('a')), store.CodeInvalid},
-		"bad purpose":   {admin, testImage("a", "amd64", "rescue", sha('a')), store.CodeInvalid},
-		"no files":      {admin, testImage("a", "amd64", "deploy"), store.CodeInvalid},
-		"bad sha":       {admin, testImage("a", "amd64", "deploy", "abc"), store.CodeInvalid},
-		"upper sha":     {admin, testImage("a", "amd64", "deploy", sha('A')), store.CodeInvalid},
-		"too long name": {admin, testImage(strings.Repeat("n", 65), "amd64", "deploy", sha('a')), store.CodeInvalid},
+		"ok":               {admin, testImage("ubuntu-24.04", "amd64", "deploy", sha('a')), ""},
+		"system":           {store.System, testImage("enlist", "arm64", "enlist", sha('a'), sha('b')), ""},
+		"non-admin":        {alice, testImage("x", "amd64", "deploy", sha('a')), store.CodeForbidden},
+		"empty name":       {admin, testImage("", "amd64", "deploy", sha('a')), store.CodeInvalid},
+		"dot name":         {admin, testImage(".x", "amd64", "deploy", sha('a')), store.CodeInvalid},
+		"slash name":       {admin, testImage("a/b", "amd64", "deploy", sha('a')), store.CodeInvalid},
+		"slash arch":       {admin, testImage("a", "amd/64", "deploy", sha('a')), store.CodeInvalid},
+		"bad purpose":      {admin, testImage("a", "amd64", "rescue", sha('a')), store.CodeInvalid},
+		"no files":         {admin, testImage("a", "amd64", "deploy"), store.CodeInvalid},
+		"bad sha":          {admin, testImage("a", "amd64", "deploy", "abc"), store.CodeInvalid},
+		"upper sha":        {admin, testImage("a", "amd64", "deploy", sha('A')), store.CodeInvalid},
+		"too long name":    {admin, testImage(strings.Repeat("n", 65), "amd64", "deploy", sha('a')), store.CodeInvalid},
+		"bootloader":       {admin, testImage("bootloaders", "arm64", "bootloader", sha('a')), ""},
+		"cmdline":          {admin, withCmdline(testImage("a", "amd64", "deploy", sha('a')), "console=ttyS0 -- single"), ""},
+		"cmdline newline":  {admin, withCmdline(testImage("a", "amd64", "deploy", sha('a')), "quiet\nLABEL x"), store.CodeInvalid},
+		"cmdline too long": {admin, withCmdline(testImage("a", "amd64", "deploy", sha('a')), strings.Repeat("a", 1025)), store.CodeInvalid},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -59,7 +65,7 @@ func TestPutImageValidation(t *testing.T) {
 				}
 				return
 			}
-			if got.Created.IsZero() || len(ims) != 1 || ims[0].Name != tc.im.Name || len(ims[0].Files) != len(tc.im.Files) {
+			if got.Created.IsZero() || len(ims) != 1 || ims[0].Name != tc.im.Name || len(ims[0].Files) != len(tc.im.Files) || ims[0].Cmdline != tc.im.Cmdline {
 				t.Fatalf("stored %+v, returned %+v", ims, got)
 			}
 		})
