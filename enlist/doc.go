@@ -1,4 +1,33 @@
-// Package enlist will hold the metadata protocol (whoami, enlist) spoken
-// between rackd and the enlistment initramfs, and the client that runs in
-// it. See DESIGN.md section 2; not built yet.
+// Package enlist is the metadata protocol spoken between rackd and the
+// enlistment initramfs (DESIGN.md section 2, API.md "Metadata"): the wire
+// types of whoami and enlist, their validation, and the client the
+// initramfs program (enlist/cmd/enlist) uses, with retries and backoff.
+// Package enlist/inventory reads the hardware inventory from /sys, /proc
+// and DMI.
+//
+// The protocol answers the question of seed 001: a machine that lands in
+// the enlistment environment asks rackd whether it is known before acting.
+//
+//	GET  /metadata/v1/whoami?mac=A&mac=B  -> {"known", "state"?, "action"}
+//	POST /metadata/v1/enlist  Inventory   -> 201 {"id", "action"}
+//	                                        | 409 {"error", "code": "already_known", "action"}
+//
+// The action is one of enlist (unknown: send the inventory), reboot (known
+// and in a state that boots from the network: the next PXE round gets the
+// real config) and poweroff (known and idle, or just enlisted).
+//
+// # Console lines
+//
+// The enlist program prints progress on stdout (the console), every line
+// starting with "rackd-enlist: ". Exactly one of these final lines ends a
+// run, just before the program acts (tests watching a serial console wait
+// for them; the constants below hold their fixed parts):
+//
+//	rackd-enlist: enlisted as <id>, powering off
+//	rackd-enlist: enlisted as <id>, rebooting          (auto-commission)
+//	rackd-enlist: known machine (<STATE>), rebooting
+//	rackd-enlist: known machine (<STATE>), powering off
+//	rackd-enlist: already known, rebooting             (409 already_known)
+//	rackd-enlist: already known, powering off
+//	rackd-enlist: failed: <reason>                     (then exits 1; no action)
 package enlist

@@ -1,0 +1,215 @@
+package enlist
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// These tests use a scripted server: the real rackd is exercised by the
+// agent's tests and by enlist/cmd/enlist's tests.
+
+func newClient(t *testing.T, h http.HandlerFunc) (*Client, *[]time.Duration) {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	var waits []time.Duration
+	c := &Client{Base: u, Backoff: Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Attempt: 5 * time.Second, Tries: 5},
+		Sleep: func(ctx context.Context, d time.Duration) error { waits = append(waits, d); return ctx.Err() },
+		rnd:   func() float64 { return 0.5 }}
+	return c, &waits
+}
+
+func TestWhoAmIRetries(t *testing.T) {
+	var n atomic.Int32
+	c, waits := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != PathWhoAmI || strings.Join(r.URL.Query()["mac"], ",") != "52:54:00:00:00:01,52:54:00:00:00:02" {
+			t.Errorf("request %s", r.URL)
+		}
+		switch n.Add(1) {
+		case 1:
+			http.Error(w, "down", http.StatusBadGateway)
+		case 2:
+			w.Header().Set("Retry-After", "3")
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.Write([]byte(`{"error":"slow down","code":"rate_limited"}`))
+		default:
+			w.Write([]byte(`{"known":true,"state":"DEPLOYING","action":"reboot"}`))
+		}
+	})
+	got, err := c.WhoAmI(t.Context(), []string{"52:54:00:00:00:01", "52:54:00:00:00:02"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != (WhoAmI{Known: true, State: "DEPLOYING", Action: ActionReboot}) {
+		t.Errorf("got %+v", got)
+	}
+	// Exponential with the jitter pinned at its middle; Retry-After wins
+	// when it asks for longer.
+	if len(*waits) != 2 || (*waits)[0] != 100*time.Millisecond || (*waits)[1] != 3*time.Second {
+		t.Errorf("waits %v", *waits)
+	}
+}
+
+func TestWhoAmIPermanent(t *testing.T) {
+	var n atomic.Int32
+	c, _ := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(`{"error":"mac \"x\" is not a MAC","code":"bad_request"}`))
+	})
+	_, err := c.WhoAmI(t.Context(), []string{"x"})
+	var perm *PermanentError
+	if !errors.As(err, &perm) || perm.Code != "bad_request" || n.Load() != 1 {
+		t.Fatalf("err = %v after %d requests", err, n.Load())
+	}
+}
+
+func TestWhoAmIGivesUp(t *testing.T) {
+	c, waits := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"known":false,"action":"dance"}`)) // not an action: a broken server
+	})
+	_, err := c.WhoAmI(t.Context(), []string{"52:54:00:00:00:01"})
+	if err == nil || !strings.Contains(err.Error(), "giving up after 5 attempts") {
+		t.Fatalf("err = %v", err)
+	}
+	want := []time.Duration{100, 200, 400, 800}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if len(*waits) != 4 || (*waits)[3] != want[3] || (*waits)[0] != want[0] {
+		t.Errorf("waits %v, want %v", *waits, want)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	u, _ := url.Parse("http://127.0.0.1:1") // nothing listens on port 1
+	ctx, cancel := context.WithCancel(t.Context())
+	calls := 0
+	c := &Client{Base: u, Backoff: Backoff{Initial: time.Millisecond, Max: time.Millisecond},
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			if calls++; calls == 3 {
+				cancel() // unbounded tries: only the context ends it
+			}
+			return ctx.Err()
+		}}
+	_, err := c.WhoAmI(ctx, []string{"52:54:00:00:00:01"})
+	if !errors.Is(err, context.Canceled) || calls != 3 {
+		t.Fatalf("err = %v after %d waits", err, calls)
+	}
+}
+
+func TestEnlist(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		status    int
+		body      string
+		want      Enlisted
+		wantKnown bool
+		wantErr   string
+	}{
+		{"created", 201, `{"id":"m-abc","action":"poweroff"}`, Enlisted{ID: "m-abc", Action: ActionPowerOff}, false, ""},
+		{"known", 409, `{"error":"known","code":"already_known","action":"reboot"}`, Enlisted{Action: ActionReboot}, true, ""},
+		{"conflict", 409, `{"error":"MAC has a reservation","code":"conflict"}`, Enlisted{}, false, "MAC has a reservation"},
+		{"invalid", 400, `{"error":"macs: bad","code":"bad_request"}`, Enlisted{}, false, "macs: bad"},
+		{"not json", 400, `oops`, Enlisted{}, false, "oops"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+				var inv Inventory
+				if r.Method != "POST" || r.URL.Path != PathEnlist || r.Header.Get("Content-Type") != "application/json" ||
+					json.NewDecoder(r.Body).Decode(&inv) != nil || inv.MACs[0] != "52:54:00:00:00:01" {
+					t.Errorf("bad request %s %s", r.Method, r.URL)
+				}
+				w.WriteHeader(tc.status)
+				w.Write([]byte(tc.body))
+			})
+			got, known, err := c.Enlist(t.Context(), Inventory{MACs: []string{"52:54:00:00:00:01"}, Arch: "amd64"})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want || known != tc.wantKnown {
+				t.Fatalf("got %+v %v %v", got, known, err)
+			}
+		})
+	}
+}
+
+func TestBackoffWait(t *testing.T) {
+	b := Backoff{Initial: time.Second, Max: 30 * time.Second}
+	for n, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 5: 16 * time.Second, 6: 30 * time.Second, 100: 30 * time.Second} {
+		if got := b.wait(n, func() float64 { return 0.5 }); got != want {
+			t.Errorf("wait(%d) = %s, want %s", n, got, want)
+		}
+	}
+	if lo, hi := b.wait(1, func() float64 { return 0 }), b.wait(1, func() float64 { return 0.999 }); lo != 500*time.Millisecond || hi < 1490*time.Millisecond {
+		t.Errorf("jitter range %s..%s", lo, hi)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := Inventory{MACs: []string{"52:54:00:00:00:01"}, Arch: "amd64", CPUCount: 4, MemoryMB: 1024,
+		Disks: []Disk{{Name: "nvme0n1", SizeBytes: 1 << 40, Model: "X"}}, DMI: DMI{Vendor: "QEMU", UUID: "u"}, BMCAddress: "10.0.0.1"}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid inventory refused: %v", err)
+	}
+	for name, mutate := range map[string]func(*Inventory){
+		"no macs":       func(i *Inventory) { i.MACs = nil },
+		"bad mac":       func(i *Inventory) { i.MACs = []string{"52:54:00"} },
+		"too many macs": func(i *Inventory) { i.MACs = make([]string, MaxMACs+1) },
+		"arch":          func(i *Inventory) { i.Arch = "AMD 64" },
+		"cpus":          func(i *Inventory) { i.CPUCount = -1 },
+		"memory":        func(i *Inventory) { i.MemoryMB = MaxMemoryMB + 1 },
+		"disk name":     func(i *Inventory) { i.Disks[0].Name = "../etc" },
+		"disk size":     func(i *Inventory) { i.Disks[0].SizeBytes = -1 },
+		"disk model":    func(i *Inventory) { i.Disks[0].Model = strings.Repeat("x", MaxTextLen+1) },
+		"vendor ctl":    func(i *Inventory) { i.DMI.Vendor = "a\nb" },
+		"uuid utf8":     func(i *Inventory) { i.DMI.UUID = "\xff" },
+		"bmc":           func(i *Inventory) { i.BMCAddress = "bmc.example" },
+		"hostname":      func(i *Inventory) { i.Hostname = strings.Repeat("a", 254) },
+	} {
+		inv := ok
+		inv.MACs = append([]string(nil), ok.MACs...)
+		inv.Disks = append([]Disk(nil), ok.Disks...)
+		mutate(&inv)
+		if err := inv.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// FuzzValidate: whatever JSON a client sends, decoding then validating
+// never panics, and a validated inventory re-encodes and validates again.
+func FuzzValidate(f *testing.F) {
+	f.Add(`{"macs":["52:54:00:00:00:01"],"arch":"amd64","cpu_count":2,"memory_mb":1024,"disks":[{"name":"vda","size_bytes":1}],"dmi":{"uuid":"x"}}`)
+	f.Add(`{"macs":[],"disks":null}`)
+	f.Add(`{"macs":["zz"],"bmc_address":"::1","dmi":{"vendor":"\u0000"}}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		var inv Inventory
+		if json.Unmarshal([]byte(s), &inv) != nil {
+			return
+		}
+		if inv.Validate() != nil {
+			return
+		}
+		b, err := json.Marshal(inv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again Inventory
+		if err := json.Unmarshal(b, &again); err != nil || again.Validate() != nil {
+			t.Fatalf("round trip of %s: %v / %v", b, err, again.Validate())
+		}
+	})
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"time"
+
+	"github.com/u-root/u-root/pkg/dhclient"
+	"github.com/u-root/u-root/pkg/ipmi"
+	"github.com/u-root/u-root/pkg/kmodule"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"rackd/enlist/inventory"
+)
+
+// realSystem is the machine itself.
+func realSystem() system {
+	return system{
+		stdout:  os.Stdout,
+		root:    os.DirFS("/"),
+		power:   rebooter{},
+		net:     dhcpNet{},
+		modules: func(name string) error { return kmodule.Probe(name, "") },
+		bmc:     bmcAddress,
+	}
+}
+
+// rebooter is the reboot system call, after a sync so that nothing written
+// is lost (the initramfs has nothing to lose, but a debugging shell might).
+type rebooter struct{}
+
+func (rebooter) Reboot() error {
+	unix.Sync()
+	return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+}
+
+func (rebooter) PowerOff() error {
+	unix.Sync()
+	return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+// dhcpNet is u-root's DHCP client on every physical interface at once; the
+// first lease wins and the other attempts are cancelled.
+type dhcpNet struct{}
+
+func (dhcpNet) Up(ctx context.Context, nics []inventory.NIC, timeout time.Duration) (inventory.NIC, error) {
+	var links []netlink.Link
+	byName := map[string]inventory.NIC{}
+	for _, n := range nics {
+		l, err := netlink.LinkByName(n.Name)
+		if err != nil {
+			continue
+		}
+		links = append(links, l)
+		byName[n.Name] = n
+	}
+	if len(links) == 0 {
+		return inventory.NIC{}, errors.New("none of the interfaces is known to netlink")
+	}
+	// dhclient logs every packet exchange through the standard logger; the
+	// console gets our own lines instead.
+	log.SetOutput(io.Discard)
+	defer log.SetOutput(os.Stderr)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cfg := dhclient.Config{Timeout: 5 * time.Second, Retries: 2}
+	var errs []error
+	for r := range dhclient.SendRequests(ctx, links, true, false, cfg, 10*time.Second) {
+		name := r.Interface.Attrs().Name
+		if r.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, r.Err))
+			continue
+		}
+		if err := r.Lease.Configure(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: configure lease: %w", name, err))
+			continue
+		}
+		cancel() // the others may stop now
+		return byName[name], nil
+	}
+	if len(errs) == 0 {
+		errs = append(errs, errors.New("no interface came up"))
+	}
+	return inventory.NIC{}, errors.Join(errs...)
+}
+
+// bmcAddress asks the BMC over the in-band IPMI device (ipmi_si and
+// ipmi_devintf loaded) for the IP address of LAN channel 1.
+func bmcAddress() (string, error) {
+	if _, err := os.Stat("/dev/ipmi0"); err != nil {
+		return "", errors.New("no /dev/ipmi0")
+	}
+	dev, err := ipmi.Open(0)
+	if err != nil {
+		return "", err
+	}
+	defer dev.Close()
+	const lanChannel, paramIPAddress = 1, 3
+	resp, err := dev.GetLanConfig(lanChannel, paramIPAddress)
+	if err != nil {
+		return "", err
+	}
+	return inventory.ParseBMCAddress(resp)
+}
