@@ -671,3 +671,13 @@ func (t *Tx) checkPower(machines map[string]Machine, bad func(string, ...any)) {
 		return nil
 	})
 }
+
+// OpenPowerCount is how many requests are pending or running.
+func (s *Store) OpenPowerCount() (int, error) {
+	n := 0
+	err := s.view(func(t *Tx) error {
+		n = t.tx.Bucket(bucketPowerOpen).Stats().KeyN
+		return nil
+	})
+	return n, err
+}
