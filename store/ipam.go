@@ -26,9 +26,9 @@ type IPAMOptions struct {
 	// Quarantine is how long an address declined by a client or found in
 	// use by an ARP probe is kept out of the pool. Default 1h.
 	Quarantine time.Duration
-	// LeaseCommitDelay is how long a DHCP offer or acknowledgement may
-	// wait for others to share its commit (see updateLazy). Default 1ms;
-	// negative: none.
+	// LeaseCommitDelay spaces the commits of DHCP acknowledgements under
+	// load: one waits for company until this long after the previous
+	// commit (see updateLazy). Default 4ms; negative: none.
 	LeaseCommitDelay time.Duration
 	// StickyOnCommission gives a machine's boot interface a sticky address
 	// when its hardware becomes known (commissioning succeeds, or it is
@@ -40,7 +40,7 @@ type IPAMOptions struct {
 func DefaultIPAM() IPAMOptions {
 	on := true
 	return IPAMOptions{OfferHold: 30 * time.Second, PXELease: 10 * time.Minute, Quarantine: time.Hour,
-		LeaseCommitDelay: time.Millisecond, StickyOnCommission: &on}
+		LeaseCommitDelay: 4 * time.Millisecond, StickyOnCommission: &on}
 }
 
 func (o IPAMOptions) withDefaults() IPAMOptions {

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -854,5 +855,58 @@ func TestDeclineRacesAck(t *testing.T) {
 		}
 	default:
 		t.Errorf("both refused: ack %v, decline %v", ackErr, declineErr)
+	}
+}
+
+// TestLeaseCommitPacing: a lease right after a commit waits for company
+// (here up to an hour), and an impatient operation ends that wait and
+// shares the commit.
+func TestLeaseCommitPacing(t *testing.T) {
+	var commits atomic.Int32
+	var lastOps atomic.Int32
+	s, _ := newIPAM(t, []store.Subnet{lab()}, func(o *store.Options) {
+		o.IPAM.LeaseCommitDelay = time.Hour
+		o.OnCommit = func(ops int, _ time.Duration) {
+			commits.Add(1)
+			lastOps.Store(int32(ops))
+		}
+	})
+	// The subnet was committed just now: the lease waits for company.
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	before := commits.Load()
+	acked := make(chan error, 1)
+	go func() {
+		_, err := s.DHCPAck(ctx, store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.100")})
+		acked <- err
+	}()
+	select {
+	case err := <-acked:
+		t.Fatalf("a lease right after a commit did not wait for company (err %v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := s.Reserve(ctx, alice, store.ReserveRequest{IP: addr("10.0.0.30")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-acked; err != nil {
+		t.Fatal(err)
+	}
+	if n := commits.Load() - before; n != 1 || lastOps.Load() != 2 {
+		t.Errorf("lease and reservation took %d commits (last of %d operations), want 1 of 2", n, lastOps.Load())
+	}
+}
+
+// TestLeaseCommitAfterQuiet: once the previous commit is longer ago than
+// the delay, a lease commits without waiting. (Counted from the lease's
+// arrival instead, the delay would hold it back a further 3 s.)
+func TestLeaseCommitAfterQuiet(t *testing.T) {
+	t.Parallel()
+	const delay = 3 * time.Second
+	s, _ := newIPAM(t, []store.Subnet{lab()}, func(o *store.Options) { o.IPAM.LeaseCommitDelay = delay })
+	time.Sleep(delay + 100*time.Millisecond) // quiet for longer than the delay
+	ctx, cancel := context.WithTimeout(bg, delay-500*time.Millisecond)
+	defer cancel()
+	if _, err := s.DHCPAck(ctx, store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.100")}); err != nil {
+		t.Fatalf("a lease after a quiet spell waited for company: %v", err)
 	}
 }

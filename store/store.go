@@ -411,12 +411,13 @@ func (s *Store) update(ctx context.Context, fn func(*Tx) error) error {
 	return s.updateLazy(ctx, 0, fn)
 }
 
-// updateLazy is update for an operation that may wait up to delay for
-// others to share its commit. A DHCP server acknowledging a few thousand
-// leases a second pays one fsync'd commit per lease when each commits at
-// once; a millisecond of patience lets them share one, at a latency no DHCP
-// client notices (they wait seconds). An operation with no delay (an API
-// call) ends the wait of the batch it joins.
+// updateLazy is update for an operation that may wait for others to share
+// its commit, until delay after the previous commit ended. A DHCP server
+// acknowledging a few thousand leases a second pays one fsync'd commit per
+// lease when each commits at once; spacing commits a few milliseconds apart
+// under load lets many share one, at a latency no DHCP client notices (they
+// wait seconds), while a lone lease after a quiet spell commits at once. An
+// operation with no delay (an API call) ends the wait of the batch it joins.
 func (s *Store) updateLazy(ctx context.Context, delay time.Duration, fn func(*Tx) error) error {
 	if s.opts.ReadOnly {
 		// Nobody reads s.ops: queueing would wait forever.
@@ -454,6 +455,11 @@ func (s *Store) updateLazy(ctx context.Context, delay time.Duration, fn func(*Tx
 func (s *Store) commitLoop() {
 	defer close(s.stopped)
 	batch := make([]*op, 0, s.opts.MaxBatch)
+	// lastEnd is when the previous commit finished. Patient operations
+	// wait for company only until lastEnd + their delay: after a quiet
+	// spell one commits at once, and under load commits are spaced by the
+	// delay, each taking everything that arrived meanwhile.
+	var lastEnd time.Time
 	for {
 		select {
 		case o := <-s.ops:
@@ -470,7 +476,8 @@ func (s *Store) commitLoop() {
 			}
 		}
 		// Take what is queued; then, if every operation so far can wait,
-		// wait (up to the least patient one's delay) for company.
+		// wait (up to the least patient one's delay after the previous
+		// commit) for company.
 		wait := batch[0].delay
 		var timer *time.Timer
 	drain:
@@ -485,8 +492,12 @@ func (s *Store) commitLoop() {
 			if wait <= 0 {
 				break
 			}
+			left := time.Until(lastEnd.Add(wait))
+			if left <= 0 {
+				break
+			}
 			if timer == nil {
-				timer = time.NewTimer(wait)
+				timer = time.NewTimer(left)
 			}
 			select {
 			case o := <-s.ops:
@@ -504,6 +515,7 @@ func (s *Store) commitLoop() {
 			timer.Stop()
 		}
 		s.commit(batch)
+		lastEnd = time.Now()
 	}
 }
 

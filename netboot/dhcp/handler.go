@@ -91,6 +91,33 @@ func NewHandler(leases Leases, prober Prober, boot netboot.BootConfig, log *slog
 // the error says why (ErrMalformed, ErrOtherServer, ErrNoSubnet,
 // ErrExhausted, wrapped) or what failed.
 func (h *Handler) ServeDHCP(ctx context.Context, req *dhcpv4.DHCPv4, in Interface) (*dhcpv4.DHCPv4, error) {
+	return h.serve(ctx, req, in, true)
+}
+
+// errWouldBlock is serve's answer, with mayBlock false, to a request whose
+// handling has to wait: on a durable commit or an ARP probe.
+var errWouldBlock = errors.New("dhcp: request must wait; hand it to a worker")
+
+// needsProbe is errWouldBlock for a DHCPDISCOVER whose offer is chosen but
+// must be probed first: the worker goes on from that offer (resume).
+type needsProbe struct{ lease Lease }
+
+func (e *needsProbe) Error() string { return errWouldBlock.Error() }
+func (e *needsProbe) Unwrap() error { return errWouldBlock }
+
+// resume finishes, where waiting is allowed, a request that serve without
+// mayBlock handed over with err.
+func (h *Handler) resume(ctx context.Context, req *dhcpv4.DHCPv4, in Interface, err error) (*dhcpv4.DHCPv4, error) {
+	if np, ok := err.(*needsProbe); ok {
+		return h.discover(ctx, req, in, true, &np.lease)
+	}
+	return h.serve(ctx, req, in, true)
+}
+
+// serve is ServeDHCP. With mayBlock false it answers only what needs no
+// wait (an offer that needs no probe, an INFORM) and returns errWouldBlock
+// for the rest, so that a socket's reader can answer those itself.
+func (h *Handler) serve(ctx context.Context, req *dhcpv4.DHCPv4, in Interface, mayBlock bool) (*dhcpv4.DHCPv4, error) {
 	if !in.Addr.Is4() {
 		return nil, fmt.Errorf("dhcp: interface %q has no IPv4 address", in.Name)
 	}
@@ -102,9 +129,13 @@ func (h *Handler) ServeDHCP(ctx context.Context, req *dhcpv4.DHCPv4, in Interfac
 	if req.HWType != iana.HWTypeEthernet || len(req.ClientHWAddr) != 6 {
 		return nil, fmt.Errorf("%w: hardware type %v, length %d", ErrMalformed, req.HWType, len(req.ClientHWAddr))
 	}
-	switch mt := req.MessageType(); mt {
+	mt := req.MessageType()
+	if !mayBlock && mt != dhcpv4.MessageTypeDiscover && mt != dhcpv4.MessageTypeInform {
+		return nil, errWouldBlock
+	}
+	switch mt {
 	case dhcpv4.MessageTypeDiscover:
-		return h.discover(ctx, req, in)
+		return h.discover(ctx, req, in, mayBlock, nil)
 	case dhcpv4.MessageTypeRequest:
 		return h.request(ctx, req, in)
 	case dhcpv4.MessageTypeRelease:
@@ -121,15 +152,22 @@ func (h *Handler) ServeDHCP(ctx context.Context, req *dhcpv4.DHCPv4, in Interfac
 // discover answers DHCPDISCOVER with DHCPOFFER (RFC 2131 section 4.3.1).
 // A newly chosen dynamic address is ARP-probed first when the client is on
 // one of our links; one that answers is reported to Leases as a conflict,
-// and another is asked for, a bounded number of times.
-func (h *Handler) discover(ctx context.Context, req *dhcpv4.DHCPv4, in Interface) (*dhcpv4.DHCPv4, error) {
+// and another is asked for, a bounded number of times. Without mayBlock, an
+// offer that needs a probe returns errWouldBlock (the address stays held for
+// the client) wrapped in a *needsProbe, and resume goes on from that offer
+// (first).
+func (h *Handler) discover(ctx context.Context, req *dhcpv4.DHCPv4, in Interface, mayBlock bool, first *Lease) (*dhcpv4.DHCPv4, error) {
 	r, client := h.newRequest(req, in)
 	r.IP = addr4(req.RequestedIPAddress()) // a hint only (section 4.3.1)
 	relayed := isSet(req.GatewayIPAddr)
 	var lease Lease
 	for attempt := 1; ; attempt++ {
 		var err error
-		lease, err = h.leases.Offer(ctx, r)
+		if attempt == 1 && first != nil {
+			lease = *first
+		} else {
+			lease, err = h.leases.Offer(ctx, r)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("dhcp: offer for %v: %w", r.MAC, err)
 		}
@@ -140,6 +178,9 @@ func (h *Handler) discover(ctx context.Context, req *dhcpv4.DHCPv4, in Interface
 		// ARP cannot reach.
 		if !lease.Probe || relayed || h.prober == nil || in.Name == "" {
 			break
+		}
+		if !mayBlock {
+			return nil, &needsProbe{lease: lease}
 		}
 		mac, inUse, err := h.prober.Probe(ctx, in.Name, lease.IP)
 		if err != nil {

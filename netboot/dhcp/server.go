@@ -94,9 +94,13 @@ type Server struct {
 }
 
 type job struct {
-	buf  []byte
+	req  *dhcpv4.DHCPv4
+	typ  string
 	conn Conn
 	at   time.Time
+	// handover is what the reader's attempt returned (errWouldBlock, or a
+	// *needsProbe carrying the offer to probe).
+	handover error
 }
 
 // New returns a server that answers from leases, probes with prober (nil:
@@ -231,7 +235,10 @@ func collect(errc <-chan error) []error {
 	return errs
 }
 
-// read queues the packets of one socket until it is closed.
+// read serves the packets of one socket until it is closed. It parses
+// each and answers itself what needs no wait (most DHCPDISCOVERs, INFORM):
+// handing those to a worker would cost more than answering them. What waits
+// on a durable commit or an ARP probe is queued for the workers.
 func (s *Server) read(ctx context.Context, c Conn) error {
 	buf := make([]byte, maxPacket)
 	for {
@@ -242,7 +249,23 @@ func (s *Server) read(ctx context.Context, c Conn) error {
 			}
 			return fmt.Errorf("dhcp: read on %s %v: %w", c.In.Name, c.In.Addr, err)
 		}
-		j := job{buf: append([]byte(nil), buf[:n]...), conn: c, at: time.Now()}
+		at := time.Now()
+		// FromBytes copies what it keeps, so buf is free again at once.
+		req, err := dhcpv4.FromBytes(buf[:n])
+		if err != nil {
+			s.m.received.WithLabelValues(typeInvalid).Inc()
+			s.m.drop(reasonMalformed)
+			s.log.Debug("dhcp: unparseable packet", "interface", c.In.Name, "len", n, "err", err)
+			continue
+		}
+		j := job{req: req, typ: typeLabel(req.MessageType()), conn: c, at: at}
+		s.m.received.WithLabelValues(j.typ).Inc()
+		reply, err := s.h.serve(ctx, req, c.In, false)
+		if !errors.Is(err, errWouldBlock) {
+			s.finish(ctx, j, reply, err)
+			continue
+		}
+		j.handover = err
 		select {
 		case s.jobs <- j:
 		default:
@@ -251,22 +274,18 @@ func (s *Server) read(ctx context.Context, c Conn) error {
 	}
 }
 
-// handle parses one packet, runs the handler and sends the reply.
+// handle runs the handler on a request that may wait, and sends the reply.
 func (s *Server) handle(ctx context.Context, j job) {
-	in := j.conn.In
-	req, err := dhcpv4.FromBytes(j.buf)
-	if err != nil {
-		s.m.received.WithLabelValues(typeInvalid).Inc()
-		s.m.drop(reasonMalformed)
-		s.log.Debug("dhcp: unparseable packet", "interface", in.Name, "len", len(j.buf), "err", err)
-		return
-	}
-	typ := typeLabel(req.MessageType())
-	s.m.received.WithLabelValues(typ).Inc()
-
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	reply, err := s.h.ServeDHCP(rctx, req, in)
+	reply, err := s.h.resume(rctx, j.req, j.conn.In, j.handover)
 	cancel()
+	s.finish(ctx, j, reply, err)
+}
+
+// finish sends the reply to a handled request, or accounts for why there is
+// none.
+func (s *Server) finish(ctx context.Context, j job, reply *dhcpv4.DHCPv4, err error) {
+	in, req, typ := j.conn.In, j.req, j.typ
 	debug := s.log.Enabled(ctx, slog.LevelDebug)
 	switch {
 	case err != nil:

@@ -207,23 +207,36 @@ func TestServerDestinations(t *testing.T) {
 	}
 }
 
-// TestServerQueueFull: with the one worker stuck, one request waits in the
-// queue and the rest are dropped and counted; the server still stops.
+// TestServerQueueFull: with the one worker stuck on a durable ACK, one
+// request waits in the queue and the rest are dropped and counted; a
+// DHCPDISCOVER, which waits on nothing, is still answered by the reader; the
+// server still stops.
 func TestServerQueueFull(t *testing.T) {
 	leases := dhcptest.New(subnets()...)
 	entered := make(chan struct{}, 100)
 	release := make(chan struct{})
 	leases.Fail = func(op string, _ dhcp.Request) error {
+		if op != "ack" {
+			return nil
+		}
 		entered <- struct{}{}
 		<-release
 		return nil
 	}
 	conn := newMemConn()
 	reg, stop := startServer(t, dhcp.Config{Workers: 1, QueueSize: 1}, leases, conn)
-	conn.in <- discover(t, mac1).ToBytes()
+	initReboot := func(mac net.HardwareAddr) []byte {
+		return request(t, mac, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 100)))).ToBytes()
+	}
+	conn.in <- initReboot(mac1)
 	<-entered // the worker is busy
 	for range 9 {
-		conn.in <- discover(t, mac2).ToBytes()
+		conn.in <- initReboot(mac2)
+	}
+	d := discover(t, net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0x03})
+	conn.in <- d.ToBytes()
+	if got := conn.next(t); got.msg.MessageType() != dhcpv4.MessageTypeOffer || got.msg.TransactionID != d.TransactionID {
+		t.Fatalf("with the workers busy a DISCOVER got %v (xid %v), want its OFFER", got.msg.MessageType(), got.msg.TransactionID)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for counter(t, reg, "rackd_dhcp_drops_total", "reason", "queue_full") != 8 {
