@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -53,9 +54,13 @@ type Agent struct {
 	dhcp     *dhcp.Server
 	arp      *arp.Set
 	// images is the blob store of boot artefacts (<state dir>/images);
-	// imagesMu serialises imports and deletes (see importImage).
-	images   *images.Store
-	imagesMu sync.Mutex
+	// imagesMu serialises recording imports and deletes (see runImport);
+	// imports are the import jobs; bootloaders is the table of
+	// bootloader files served by name (refreshBootloaders).
+	images      *images.Store
+	imagesMu    sync.Mutex
+	imports     *importJobs
+	bootloaders atomic.Pointer[map[string]string]
 }
 
 // New opens the store under cfg.StateDir and, on a new database, creates the
@@ -89,6 +94,8 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		s.Close()
 		return nil, err
 	}
+	a.imports = newImportJobs()
+	a.refreshBootloaders()
 	bootFiles, err := a.newBootFiles(cfg)
 	if err != nil {
 		s.Close()
@@ -201,6 +208,8 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	})
 	g.Go(func() error {
 		<-gctx.Done()
+		// Imports are cancelled, not waited for: they roll back.
+		a.imports.stop()
 		sctx, cancel := context.WithTimeout(context.Background(), time.Duration(a.cfg.API.ShutdownTimeout))
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
@@ -261,6 +270,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 
 // Close releases the store (and probers) of an agent that never served.
 func (a *Agent) Close() error {
+	a.imports.stop()
 	if a.arp != nil {
 		a.arp.Close()
 	}

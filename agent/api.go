@@ -68,6 +68,9 @@ func routes() []route {
 		{"GET /api/v1/leases", user, (*Agent).listLeases},
 		{"GET /api/v1/images", user, (*Agent).listImages},
 		{"POST /api/v1/images/import", admin, (*Agent).importImage},
+		{"GET /api/v1/images/imports", admin, (*Agent).listImports},
+		{"GET /api/v1/images/imports/{id}", admin, (*Agent).getImport},
+		{"POST /api/v1/images/imports/{id}/cancel", admin, (*Agent).cancelImport},
 		{"DELETE /api/v1/images/{name}/{arch}", admin, (*Agent).deleteImage},
 		{"GET /boot/", public, (*Agent).serveBoot},
 	}

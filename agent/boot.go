@@ -93,7 +93,7 @@ func (a *Agent) newBootFiles(cfg Config) (files.Source, error) {
 			}
 		}
 	}
-	return files.NewOverlay(bootRenderer{src: bootSource{a.store}, base: base}, blobSource{blobs: a.images, next: tree}), nil
+	return files.NewOverlay(bootRenderer{src: bootSource{a.store}, base: base}, blobSource{blobs: a.images, loaders: &a.bootloaders, next: tree}), nil
 }
 
 // newTFTP builds the TFTP server when tftp.listen is set.

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"rackd/agent/api"
@@ -19,13 +21,15 @@ import (
 
 // Images: the blob store at <state dir>/images holds the artefacts, the
 // store's registry says which images exist. Boot configs name kernels and
-// initrds images/<sha256>, which the boot file tree serves from the blobs.
+// initrds images/<sha256>, which the boot file tree serves from the blobs,
+// and the files of bootloader images are served under their own names.
+// Imports run as jobs (importJobs) whose progress the API reports.
 
 // imagePrefix is the boot file name prefix of blobs.
 const imagePrefix = "images/"
 
 func imageView(im store.Image) api.Image {
-	out := api.Image{Name: im.Name, Arch: im.Arch, Purpose: im.Purpose, Created: im.Created,
+	out := api.Image{Name: im.Name, Arch: im.Arch, Purpose: im.Purpose, Cmdline: im.Cmdline, Created: im.Created,
 		Files: make([]api.ImageFile, len(im.Files))}
 	for i, f := range im.Files {
 		out.Files[i] = api.ImageFile{Path: f.Path, Role: f.Role, SHA256: f.SHA256, Size: f.Size}
@@ -46,39 +50,134 @@ func (a *Agent) listImages(w http.ResponseWriter, r *http.Request, _ store.Actor
 	writeJSON(w, http.StatusOK, out)
 }
 
+// importImage starts an import job. In the background it answers 202 with
+// the job at once; otherwise it waits for the job and answers as the job
+// ends, and a client that goes away cancels it.
 func (a *Agent) importImage(w http.ResponseWriter, r *http.Request, who store.Actor) {
 	var req api.ImportImage
 	if a.decodeBody(w, r, &req, false) != nil {
 		return
 	}
-	if req.Dir == "" || !filepath.IsAbs(req.Dir) {
+	var src images.Source
+	var err error
+	switch {
+	case (req.Dir == "") == (req.URL == ""):
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "want exactly one of dir (a directory on the rackd host) and url (an http or https URL)")
+		return
+	case req.Dir != "" && !filepath.IsAbs(req.Dir):
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("dir %q: want an absolute path on the rackd host", req.Dir))
 		return
+	case req.Dir != "":
+		// Opened here, not in the job, so a missing directory is a
+		// plain 400 even in the background.
+		src, err = images.OpenDir(req.Dir)
+	default:
+		src, err = images.OpenURL(req.URL, images.URLOptions{})
 	}
-	// One import or delete at a time: a delete's "is this blob still used"
-	// check must not race an import that is about to record it.
-	a.imagesMu.Lock()
-	defer a.imagesMu.Unlock()
-	m, blobs, err := images.ImportDir(r.Context(), a.images, req.Dir, images.ImportOptions{InUse: a.store.ImageBlobInUse})
 	if err != nil {
-		if r.Context().Err() != nil {
-			return
-		}
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
 		return
 	}
-	im := store.Image{Name: m.Name, Arch: m.Arch, Purpose: m.Purpose}
-	for i, f := range m.Files {
-		im.Files = append(im.Files, store.ImageFile{Path: f.Path, Role: f.Role, SHA256: blobs[i].SHA256, Size: blobs[i].Size})
-	}
-	saved, err := a.store.PutImage(r.Context(), who, im)
+	j, err := a.imports.start(src, who, a.runImport)
 	if err != nil {
-		a.removeUnusedBlobs(im.Files)
-		a.storeError(w, r, err)
+		src.Close()
+		writeError(w, http.StatusTooManyRequests, api.CodeUnavailable, err.Error())
 		return
 	}
-	a.log.Info("image imported", "image", saved.Name, "arch", saved.Arch, "purpose", saved.Purpose, "by", who.Name)
-	writeJSON(w, http.StatusCreated, imageView(saved))
+	if req.Background {
+		w.Header().Set("Location", "/api/v1/images/imports/"+j.id)
+		writeJSON(w, http.StatusAccepted, j.view())
+		return
+	}
+	select {
+	case <-j.done:
+	case <-r.Context().Done():
+		j.cancel(errClientGone)
+		<-j.done
+		return
+	}
+	v := j.view()
+	switch {
+	case v.State == api.ImportDone:
+		writeJSON(w, http.StatusCreated, *v.Image)
+	case store.CodeOf(j.err) != "":
+		a.storeError(w, r, j.err)
+	default:
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, v.Error)
+	}
+}
+
+var errClientGone = errors.New("the client went away")
+
+// runImport is an import job's work: stream the files into the blob store,
+// then record the image. The blobs stay pinned until the image is
+// recorded, so a delete that runs meanwhile cannot remove a blob this
+// import is about to reference; only recording (and deleting) holds
+// imagesMu, so a long download blocks nobody.
+func (a *Agent) runImport(ctx context.Context, j *importJob, src images.Source, who store.Actor) (api.Image, error) {
+	res, err := images.Import(ctx, a.images, src, images.ImportOptions{
+		InUse: a.store.ImageBlobInUse,
+		// Refuse before downloading what no boot config could carry.
+		Check:    func(m *images.Manifest) error { return bootconf.CheckArgs(m.Args()) },
+		Progress: j.progress,
+	})
+	if err != nil {
+		return api.Image{}, err
+	}
+	defer res.Release()
+	m := res.Manifest
+	im := store.Image{Name: m.Name, Arch: m.Arch, Purpose: m.Purpose, Cmdline: m.Cmdline}
+	for i, f := range m.Files {
+		im.Files = append(im.Files, store.ImageFile{Path: f.Path, Role: f.Role, SHA256: res.Blobs[i].SHA256, Size: res.Blobs[i].Size})
+	}
+	a.imagesMu.Lock()
+	defer a.imagesMu.Unlock()
+	// A cancel that came in during the download's last bytes still wins.
+	if err := ctx.Err(); err != nil {
+		res.Release()
+		a.removeUnusedBlobs(im.Files)
+		return api.Image{}, context.Cause(ctx)
+	}
+	saved, err := a.store.PutImage(ctx, who, im)
+	if err != nil {
+		res.Release()
+		a.removeUnusedBlobs(im.Files)
+		return api.Image{}, err
+	}
+	a.refreshBootloaders()
+	a.log.Info("image imported", "image", saved.Name, "arch", saved.Arch, "purpose", saved.Purpose, "from", src.String(), "by", who.Name)
+	return imageView(saved), nil
+}
+
+func (a *Agent) listImports(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	writeJSON(w, http.StatusOK, a.imports.list())
+}
+
+func (a *Agent) getImport(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	j := a.imports.get(r.PathValue("id"))
+	if j == nil {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no import %q (jobs are kept in memory until rackd restarts)", r.PathValue("id")))
+		return
+	}
+	writeJSON(w, http.StatusOK, j.view())
+}
+
+// cancelImport cancels a running import; it answers once the import has
+// stopped and removed what it had written. Cancelling a finished import
+// changes nothing and returns it as it is.
+func (a *Agent) cancelImport(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	j := a.imports.get(r.PathValue("id"))
+	if j == nil {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no import %q", r.PathValue("id")))
+		return
+	}
+	j.cancel(fmt.Errorf("cancelled by %s", who.Name))
+	select {
+	case <-j.done:
+	case <-r.Context().Done():
+		return
+	}
+	writeJSON(w, http.StatusOK, j.view())
 }
 
 func (a *Agent) deleteImage(w http.ResponseWriter, r *http.Request, who store.Actor) {
@@ -90,21 +189,215 @@ func (a *Agent) deleteImage(w http.ResponseWriter, r *http.Request, who store.Ac
 		return
 	}
 	a.removeUnusedBlobs(im.Files)
+	a.refreshBootloaders()
 	a.log.Info("image deleted", "image", im.Name, "arch", im.Arch, "by", who.Name)
 	writeJSON(w, http.StatusOK, imageView(im))
 }
 
 // removeUnusedBlobs removes the blobs of fs that no recorded image uses.
-// Failures are logged: a leftover blob wastes space but breaks nothing.
+// A blob an import in progress holds is left to it. Failures are logged:
+// a leftover blob wastes space but breaks nothing.
 func (a *Agent) removeUnusedBlobs(fs []store.ImageFile) {
 	for _, f := range fs {
 		if a.store.ImageBlobInUse(f.SHA256) {
 			continue
 		}
-		if err := a.images.Remove(f.SHA256); err != nil && !errors.Is(err, images.ErrNotFound) {
+		err := a.images.Remove(f.SHA256)
+		switch {
+		case err == nil, errors.Is(err, images.ErrNotFound):
+		case errors.Is(err, images.ErrInUse):
+			a.log.Debug("image blob kept: an import in progress uses it", "sha256", f.SHA256)
+		default:
 			a.log.Warn("remove image blob", "sha256", f.SHA256, "err", err)
 		}
 	}
+}
+
+// refreshBootloaders rebuilds the table of bootloader files the boot tree
+// serves by name, from the registry. It runs at start and after every
+// import and delete (under imagesMu), so a TFTP request for pxelinux.0
+// costs a map lookup, not a store read.
+func (a *Agent) refreshBootloaders() {
+	ims, err := a.store.Images()
+	if err != nil {
+		// Keep the old table: stale bootloaders beat none.
+		a.log.Warn("read images for the bootloader table", "err", err)
+		return
+	}
+	t := bootloaderTable(ims)
+	a.bootloaders.Store(&t)
+}
+
+// bootloaderTable maps each boot-tree name to the blob that serves it: the
+// bootloader files of the images of purpose bootloader. ims is in name,
+// then arch order, and the first image to name a file wins, so the answer
+// does not depend on import order.
+func bootloaderTable(ims []store.Image) map[string]string {
+	t := map[string]string{}
+	for _, im := range ims {
+		if im.Purpose != store.PurposeBootloader {
+			continue
+		}
+		for _, f := range im.Files {
+			if _, taken := t[f.Path]; !taken && f.Role == images.RoleBootloader {
+				t[f.Path] = f.SHA256
+			}
+		}
+	}
+	return t
+}
+
+// importJobs are the import jobs of this rackd: running, and the last
+// keepImports finished ones.
+type importJobs struct {
+	mu     sync.Mutex
+	jobs   map[string]*importJob
+	order  []string // ids, oldest first
+	next   int
+	wg     sync.WaitGroup
+	closed bool
+}
+
+const (
+	// maxRunningImports bounds concurrent imports: each holds a file open
+	// and a connection or disk stream.
+	maxRunningImports = 4
+	// keepImports is how many finished jobs stay listed.
+	keepImports = 32
+)
+
+type importJob struct {
+	id     string
+	source string
+	by     string
+	start  time.Time
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	p        images.Progress
+	state    string
+	finished time.Time
+	err      error
+	image    *api.Image
+}
+
+func newImportJobs() *importJobs { return &importJobs{jobs: map[string]*importJob{}} }
+
+// start runs work in a new job. The job owns src and closes it.
+func (js *importJobs) start(src images.Source, who store.Actor, work func(context.Context, *importJob, images.Source, store.Actor) (api.Image, error)) (*importJob, error) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.closed {
+		return nil, errors.New("rackd is shutting down")
+	}
+	running := 0
+	for _, j := range js.jobs {
+		if j.view().State == api.ImportRunning {
+			running++
+		}
+	}
+	if running >= maxRunningImports {
+		return nil, fmt.Errorf("%d imports are running already; wait for one to finish", running)
+	}
+	js.next++
+	ctx, cancel := context.WithCancelCause(context.Background())
+	j := &importJob{id: fmt.Sprintf("i-%d", js.next), source: src.String(), by: who.Name, start: time.Now().UTC(),
+		cancel: cancel, done: make(chan struct{}), state: api.ImportRunning}
+	js.jobs[j.id] = j
+	js.order = append(js.order, j.id)
+	js.evict()
+	js.wg.Add(1)
+	go func() {
+		defer js.wg.Done()
+		defer close(j.done)
+		defer cancel(nil)
+		defer src.Close()
+		im, err := work(ctx, j, src, who)
+		j.finish(ctx, im, err)
+	}()
+	return j, nil
+}
+
+// evict forgets the oldest finished jobs beyond keepImports.
+func (js *importJobs) evict() {
+	for len(js.order) > keepImports {
+		evicted := false
+		for i, id := range js.order {
+			if js.jobs[id].view().State != api.ImportRunning {
+				delete(js.jobs, id)
+				js.order = append(js.order[:i], js.order[i+1:]...)
+				evicted = true
+				break
+			}
+		}
+		if !evicted {
+			return
+		}
+	}
+}
+
+func (js *importJobs) get(id string) *importJob {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return js.jobs[id]
+}
+
+func (js *importJobs) list() []api.ImportJob {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	out := make([]api.ImportJob, 0, len(js.order))
+	for _, id := range js.order {
+		out = append(out, js.jobs[id].view())
+	}
+	return out
+}
+
+// stop cancels the running jobs and waits for them: they must be done
+// with the store before it closes.
+func (js *importJobs) stop() {
+	js.mu.Lock()
+	js.closed = true
+	for _, j := range js.jobs {
+		j.cancel(errors.New("rackd is shutting down"))
+	}
+	js.mu.Unlock()
+	js.wg.Wait()
+}
+
+func (j *importJob) progress(p images.Progress) {
+	j.mu.Lock()
+	j.p = p
+	j.mu.Unlock()
+}
+
+func (j *importJob) finish(ctx context.Context, im api.Image, err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.finished = time.Now().UTC()
+	switch {
+	case err == nil:
+		j.state, j.image = api.ImportDone, &im
+	case ctx.Err() != nil:
+		j.state, j.err = api.ImportCancelled, err
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+			j.err = fmt.Errorf("%w: %w", cause, err)
+		}
+	default:
+		j.state, j.err = api.ImportFailed, err
+	}
+}
+
+func (j *importJob) view() api.ImportJob {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	v := api.ImportJob{ID: j.id, Source: j.source, State: j.state, File: j.p.Path,
+		BytesDone: j.p.Done, BytesTotal: j.p.Total, FilesDone: j.p.FilesDone, Files: j.p.Files,
+		By: j.by, Started: j.start, Finished: j.finished, Image: j.image}
+	if j.err != nil {
+		v.Error = j.err.Error()
+	}
+	return v
 }
 
 // Environments returns the registry's images for arch: the enlist and
@@ -130,6 +423,7 @@ func (b bootSource) Environments(ctx context.Context, arch string) (bootconf.Env
 				e.Initrds = append(e.Initrds, imagePrefix+f.SHA256)
 			}
 		}
+		e.Args = strings.Fields(im.Cmdline)
 		switch im.Purpose {
 		case store.PurposeEnlist:
 			env.Enlist = e
@@ -145,11 +439,16 @@ func (b bootSource) Environments(ctx context.Context, arch string) (bootconf.Env
 	return env, nil
 }
 
-// blobSource serves images/<sha256> from the blob store and everything else
-// from next.
+// blobSource serves images/<sha256> from the blob store, the registered
+// bootloaders by name (pxelinux.0, bootx64.efi, ...) from the blob store
+// too, and everything else from next: the boot tree, where bootloaders
+// copied by hand still work when no bootloader image names them.
 type blobSource struct {
 	blobs *images.Store
-	next  files.Source
+	// loaders is the bootloader table (refreshBootloaders); nil or a
+	// nil table serves none.
+	loaders *atomic.Pointer[map[string]string]
+	next    files.Source
 }
 
 func (s blobSource) Open(ctx context.Context, name string) (files.File, error) {
@@ -159,11 +458,36 @@ func (s blobSource) Open(ctx context.Context, name string) (files.File, error) {
 	}
 	h, ok := strings.CutPrefix(p, imagePrefix)
 	if !ok {
+		if f, ok, err := s.openLoader(p); ok {
+			return f, err
+		}
 		return s.next.Open(ctx, p)
 	}
 	if !images.ValidHex(h) {
 		return nil, &files.Error{Name: name, Kind: files.ErrNotFound, Reason: "not an image blob"}
 	}
+	return s.openBlob(name, h)
+}
+
+// openLoader opens the blob of bootloader p, reporting false when no
+// bootloader image names p.
+func (s blobSource) openLoader(p string) (files.File, bool, error) {
+	if s.loaders == nil {
+		return nil, false, nil
+	}
+	t := s.loaders.Load()
+	if t == nil {
+		return nil, false, nil
+	}
+	h, ok := (*t)[p]
+	if !ok {
+		return nil, false, nil
+	}
+	f, err := s.openBlob(p, h)
+	return f, true, err
+}
+
+func (s blobSource) openBlob(name, h string) (files.File, error) {
 	f, b, err := s.blobs.Open(h)
 	if errors.Is(err, images.ErrNotFound) {
 		return nil, &files.Error{Name: name, Kind: files.ErrNotFound, Reason: "no such image blob"}

@@ -232,15 +232,60 @@ type ImageFile struct {
 
 // Image is one imported boot image (GET /api/v1/images).
 type Image struct {
-	Name    string      `json:"name"`
-	Arch    string      `json:"arch"`
-	Purpose string      `json:"purpose"`
+	Name    string `json:"name"`
+	Arch    string `json:"arch"`
+	Purpose string `json:"purpose"`
+	// Cmdline is the image's own kernel arguments, rendered after
+	// rackd's in the boot configs (empty: none).
+	Cmdline string      `json:"cmdline,omitempty"`
 	Files   []ImageFile `json:"files"`
 	Created time.Time   `json:"created,omitzero"`
 }
 
-// ImportImage is the body of POST /api/v1/images/import: a directory on the
-// rackd host holding a rackd-image.json manifest and its files.
+// ImportImage is the body of POST /api/v1/images/import. Exactly one of
+// Dir and URL is set: Dir, a directory on the rackd host holding a
+// rackd-image.json manifest and its files, or URL, an http(s) URL of a
+// rackd-image.json (or of the directory holding one) that rackd fetches.
+// With Background the answer is 202 and the import's job, to follow with
+// GET /api/v1/images/imports/{id}; without it, the request waits and
+// answers 201 with the image.
 type ImportImage struct {
-	Dir string `json:"dir"`
+	Dir        string `json:"dir,omitempty"`
+	URL        string `json:"url,omitempty"`
+	Background bool   `json:"background,omitempty"`
+}
+
+// Import job states.
+const (
+	ImportRunning   = "running"
+	ImportDone      = "done"
+	ImportFailed    = "failed"
+	ImportCancelled = "cancelled"
+)
+
+// ImportJob is one image import, running or finished
+// (GET /api/v1/images/imports/{id}). Jobs live in rackd's memory: a
+// restart forgets them (and cancels the running ones).
+type ImportJob struct {
+	ID string `json:"id"`
+	// Source is the directory or URL imported (credentials removed).
+	Source string `json:"source"`
+	// State is running, done, failed or cancelled.
+	State string `json:"state"`
+	// File is the manifest path of the file being copied.
+	File string `json:"file,omitempty"`
+	// BytesDone of BytesTotal (the sum of the manifest's sizes; 0 until
+	// the manifest is read) are stored; FilesDone of Files likewise.
+	BytesDone  int64 `json:"bytes_done"`
+	BytesTotal int64 `json:"bytes_total"`
+	FilesDone  int   `json:"files_done"`
+	Files      int   `json:"files"`
+	// By is the user who started the import.
+	By       string    `json:"by"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	// Error says why a failed or cancelled import stopped.
+	Error string `json:"error,omitempty"`
+	// Image is the imported image once State is done.
+	Image *Image `json:"image,omitempty"`
 }

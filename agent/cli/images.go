@@ -2,10 +2,13 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"rackd/agent/api"
 	"rackd/agent/client"
@@ -15,7 +18,7 @@ import (
 
 func imagesGroup() *group {
 	g := &group{name: "images", summary: "Import, list and remove boot images."}
-	g.verbs = []*verb{imagesListVerb(), imagesImportVerb(), imagesRmVerb()}
+	g.verbs = []*verb{imagesListVerb(), imagesImportVerb(), imagesImportsVerb(), imagesRmVerb()}
 	for _, v := range g.verbs {
 		v.group = g.name
 	}
@@ -38,26 +41,138 @@ func imagesListVerb() *verb {
 
 func imagesImportVerb() *verb {
 	return &verb{
-		name:    "import",
-		args:    []string{"DIR"},
-		summary: "import an image directory on the rackd host (admin)",
+		name:     "import",
+		args:     []string{"DIR|URL"},
+		synopsis: "[--detach]",
+		summary:  "import an image directory on the rackd host, or from an http(s) URL (admin)",
 		help: `DIR holds rackd-image.json and the files it lists. The rackd server reads
 DIR, not this command: it must be a directory on the rackd host, readable by
-rackd (a relative DIR is made absolute here first). Every file's size and
-sha256 are checked; on any mismatch nothing is imported and nothing is left
-behind. An image of the same name and arch is replaced.`,
+rackd (a relative DIR is made absolute here first).
+
+URL (http:// or https://) names a rackd-image.json, or a directory that holds
+one; rackd fetches it and each file it lists, relative to it.
+
+Every file's size and sha256 are checked while it is written; on any
+mismatch, HTTP error, truncated download or cancel nothing is imported and
+nothing is left behind. An image of the same name and arch is replaced.
+
+The import runs on the server as a job; this command follows it, with a
+progress bar on a terminal and a progress line every 2 s otherwise, and
+prints the image when it is done. Ctrl-C cancels the import. With
+--detach it prints the job and returns at once (follow it with
+'rackd images imports ID').`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			detach := fs.Bool("detach", false, "start the import and print its job without waiting")
 			return func(e *env, args []string) error {
-				dir, err := filepath.Abs(args[0])
-				if err != nil {
-					return usagef("DIR %q: %v", args[0], err)
+				req := api.ImportImage{}
+				if strings.HasPrefix(args[0], "http://") || strings.HasPrefix(args[0], "https://") {
+					req.URL = args[0]
+				} else if strings.Contains(args[0], "://") {
+					return usagef("%q: want a directory or an http:// or https:// URL", args[0])
+				} else {
+					dir, err := filepath.Abs(args[0])
+					if err != nil {
+						return usagef("DIR %q: %v", args[0], err)
+					}
+					req.Dir = dir
 				}
-				return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.Image, error) {
-					return c.ImportImage(ctx, dir)
-				}, func(w io.Writer, im api.Image) error { return printImages(w, []api.Image{im}) })
+				if *detach {
+					return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.ImportJob, error) {
+						return c.StartImport(ctx, req)
+					}, func(w io.Writer, j api.ImportJob) error { return printImports(w, []api.ImportJob{j}) })
+				}
+				return followImport(e, req)
 			}
 		},
 	}
+}
+
+// importPoll is how often followImport asks for the job's progress.
+var importPoll = 250 * time.Millisecond
+
+// followImport starts the import and follows it to its end, drawing its
+// progress on stderr. A cancelled command (Ctrl-C) cancels the import.
+func followImport(e *env, req api.ImportImage) error {
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	// Each answer is captured so --json prints the server's own image
+	// JSON, unknown fields and all.
+	ctx, raw := e.capture()
+	j, err := c.StartImport(ctx, req)
+	if err != nil {
+		return err
+	}
+	p := newProgress(e.stderr)
+	for j.State == api.ImportRunning {
+		p.update(j)
+		select {
+		case <-time.After(importPoll):
+		case <-e.ctx.Done():
+			// The command's context is gone: cancel with a fresh one,
+			// bounded, so the server stops and cleans up.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), 30*time.Second)
+			defer cancel()
+			if cj, cerr := c.CancelImport(ctx, j.ID); cerr == nil {
+				j = cj
+				p.done(j)
+			}
+			return fmt.Errorf("import %s cancelled: %w", j.ID, e.ctx.Err())
+		}
+		if j, err = c.ImportJob(ctx, j.ID); err != nil {
+			if e.ctx.Err() != nil {
+				continue // the select above cancels the import
+			}
+			return fmt.Errorf("following import: %w", err)
+		}
+	}
+	p.done(j)
+	if j.State != api.ImportDone || j.Image == nil {
+		return fmt.Errorf("import %s %s: %s", j.ID, j.State, j.Error)
+	}
+	if e.json() {
+		var last struct {
+			Image json.RawMessage `json:"image"`
+		}
+		if err := json.Unmarshal(*raw, &last); err != nil {
+			return fmt.Errorf("printing the answer: %w", err)
+		}
+		return printJSON(e.stdout, last.Image)
+	}
+	return printImages(e.stdout, []api.Image{*j.Image})
+}
+
+func imagesImportsVerb() *verb {
+	return &verb{
+		name:    "imports",
+		optArgs: []string{"ID"},
+		summary: "list the running and recent imports, or show one (admin)",
+		help: `Without ID, lists the imports this rackd ran since it started (the last 32
+finished ones and every running one); with ID, shows that import's progress.`,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			return func(e *env, args []string) error {
+				if len(args) == 1 {
+					return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.ImportJob, error) {
+						return c.ImportJob(ctx, args[0])
+					}, func(w io.Writer, j api.ImportJob) error { return printImports(w, []api.ImportJob{j}) })
+				}
+				return callAndPrint(e, func(ctx context.Context, c *client.Client) ([]api.ImportJob, error) {
+					return c.ImportJobs(ctx)
+				}, printImports)
+			}
+		},
+	}
+}
+
+func printImports(w io.Writer, js []api.ImportJob) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ID\tSTATE\tDONE\tBYTES\tFILES\tSOURCE\tSTARTED\tERROR")
+	for _, j := range js {
+		fmt.Fprintf(tw, "%s\t%s\t%.0f%%\t%d/%d\t%d/%d\t%s\t%s\t%s\n", cell(j.ID), cell(j.State), fraction(j)*100,
+			j.BytesDone, j.BytesTotal, j.FilesDone, j.Files, cell(j.Source), when(j.Started), cell(j.Error))
+	}
+	return tw.Flush()
 }
 
 func imagesRmVerb() *verb {
@@ -78,13 +193,13 @@ func imagesRmVerb() *verb {
 
 func printImages(w io.Writer, ims []api.Image) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NAME\tARCH\tPURPOSE\tFILES\tSIZE\tCREATED")
+	fmt.Fprintln(tw, "NAME\tARCH\tPURPOSE\tFILES\tSIZE\tCREATED\tCMDLINE")
 	for _, im := range ims {
 		var size int64
 		for _, f := range im.Files {
 			size += f.Size
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", cell(im.Name), cell(im.Arch), cell(im.Purpose), len(im.Files), size, when(im.Created))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", cell(im.Name), cell(im.Arch), cell(im.Purpose), len(im.Files), size, when(im.Created), cell(im.Cmdline))
 	}
 	return tw.Flush()
 }

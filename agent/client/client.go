@@ -521,11 +521,55 @@ func (c *Client) ListImages(ctx context.Context) ([]api.Image, error) {
 }
 
 // ImportImage imports the image directory dir, an absolute path on the
-// rackd host: the server reads it (POST /api/v1/images/import).
+// rackd host: the server reads it (POST /api/v1/images/import), and the
+// call returns when the import is done.
 func (c *Client) ImportImage(ctx context.Context, dir string) (api.Image, error) {
 	var im api.Image
 	_, err := c.call(ctx, http.MethodPost, "/api/v1/images/import", nil, api.ImportImage{Dir: dir}, &im)
 	return im, err
+}
+
+// StartImport starts an import in the background (POST
+// /api/v1/images/import with background set) and returns its job; follow
+// it with ImportJob. req names a directory on the rackd host or a URL that
+// rackd fetches.
+func (c *Client) StartImport(ctx context.Context, req api.ImportImage) (api.ImportJob, error) {
+	var j api.ImportJob
+	req.Background = true
+	_, err := c.call(ctx, http.MethodPost, "/api/v1/images/import", nil, req, &j)
+	return j, err
+}
+
+// ImportJob returns an import job: its state and progress
+// (GET /api/v1/images/imports/{id}).
+func (c *Client) ImportJob(ctx context.Context, id string) (api.ImportJob, error) {
+	var j api.ImportJob
+	p, err := segmentPath("/api/v1/images/imports/", "import id", id, "")
+	if err != nil {
+		return j, err
+	}
+	_, err = c.call(ctx, http.MethodGet, p, nil, nil, &j)
+	return j, err
+}
+
+// ImportJobs lists the running and recently finished imports
+// (GET /api/v1/images/imports).
+func (c *Client) ImportJobs(ctx context.Context) ([]api.ImportJob, error) {
+	var js []api.ImportJob
+	_, err := c.call(ctx, http.MethodGet, "/api/v1/images/imports", nil, nil, &js)
+	return js, err
+}
+
+// CancelImport cancels an import and returns its job once it has stopped
+// (POST /api/v1/images/imports/{id}/cancel).
+func (c *Client) CancelImport(ctx context.Context, id string) (api.ImportJob, error) {
+	var j api.ImportJob
+	p, err := segmentPath("/api/v1/images/imports/", "import id", id, "/cancel")
+	if err != nil {
+		return j, err
+	}
+	_, err = c.call(ctx, http.MethodPost, p, nil, nil, &j)
+	return j, err
 }
 
 // DeleteImage deletes an image and the blobs no other image uses
