@@ -37,6 +37,9 @@ const AdminTokenFile = "admin.token"
 
 // Agent is one running rackd.
 type Agent struct {
+	// meta is the state of the metadata endpoints (rate limits).
+	meta *metadataState
+
 	cfg     Config
 	log     *slog.Logger
 	store   *store.Store
@@ -72,7 +75,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("create state directory %s: %w", cfg.StateDir, err)
 	}
-	a := &Agent{cfg: cfg, log: log, releases: make(chan string, 1024)}
+	a := &Agent{cfg: cfg, log: log, releases: make(chan string, 1024), meta: newMetadataState(cfg)}
 	a.metrics = newMetrics(func() *store.Store { return a.store })
 	sticky := cfg.IPAM.StickyOnCommission
 	s, err := store.Open(filepath.Join(cfg.StateDir, store.FileName), store.Options{

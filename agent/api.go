@@ -73,6 +73,8 @@ func routes() []route {
 		{"POST /api/v1/images/imports/{id}/cancel", admin, (*Agent).cancelImport},
 		{"DELETE /api/v1/images/{name}/{arch}", admin, (*Agent).deleteImage},
 		{"GET /boot/", public, (*Agent).serveBoot},
+		{"GET /metadata/v1/whoami", public, (*Agent).whoami},
+		{"POST /metadata/v1/enlist", public, (*Agent).enlistMachine},
 	}
 }
 
@@ -297,6 +299,7 @@ func machineFields(m store.Machine) api.Machine {
 		// nothing has been asked or seen.
 		Power:      api.PowerView{Driver: m.Power.Driver, Address: m.Power.Address, Desired: "unknown", Observed: "unknown"},
 		StateSince: m.StateSince, Created: m.Created,
+		Inventory: inventoryView(m),
 	}
 }
 

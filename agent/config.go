@@ -81,6 +81,12 @@ type Config struct {
 		Listen string   `toml:"listen"`
 		TTL    Duration `toml:"ttl"`
 	} `toml:"dns"`
+	Enlist struct {
+		AutoCommission bool    `toml:"auto_commission"`
+		RateLimit      float64 `toml:"rate_limit"`
+		RateBurst      int     `toml:"rate_burst"`
+		MaxBodyBytes   int64   `toml:"max_body_bytes"`
+	} `toml:"enlist"`
 }
 
 // DefaultConfig returns the embedded defaults.
@@ -163,6 +169,12 @@ func (c Config) Validate() error {
 		if d < Duration(time.Second) {
 			errs = append(errs, fmt.Errorf("%s must be at least 1s", name))
 		}
+	}
+	if c.Enlist.RateLimit < 0 || c.Enlist.RateLimit != c.Enlist.RateLimit || (c.Enlist.RateLimit > 0 && c.Enlist.RateBurst < 1) {
+		errs = append(errs, errors.New("enlist.rate_limit must be >= 0 (0: off) and enlist.rate_burst >= 1"))
+	}
+	if c.Enlist.MaxBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("enlist.max_body_bytes %d is too small (at least 1024)", c.Enlist.MaxBodyBytes))
 	}
 	if c.DHCP.Workers < 0 || c.DHCP.Queue < 1 {
 		errs = append(errs, errors.New("dhcp.workers must be >= 0 and dhcp.queue >= 1"))

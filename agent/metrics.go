@@ -30,6 +30,7 @@ type metrics struct {
 	transitions     *prometheus.CounterVec
 	watchdogExpired *prometheus.CounterVec
 	probeConflicts  prometheus.Counter
+	metadata        *prometheus.CounterVec
 }
 
 func newMetrics(s func() *store.Store) *metrics {
@@ -92,8 +93,10 @@ func newMetrics(s func() *store.Store) *metrics {
 	for _, s := range []store.State{store.StateCommissioning, store.StateDeploying} {
 		m.watchdogExpired.WithLabelValues(string(s))
 	}
+	m.metadata = newMetadataMetrics()
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.httpInFlight, m.commits, m.commitOps,
 		m.commitDuration, m.allocations, m.transitions, m.watchdogExpired, m.probeConflicts, buildInfo,
+		m.metadata,
 		&machineCollector{store: s}, &ipamCollector{store: s},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: namespace}))

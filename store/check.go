@@ -72,6 +72,7 @@ func (s *Store) check() error {
 				bad("machine %s has owner %s but no allocation", id, m.Owner)
 			}
 		}
+		t.checkUUIDs(machines, bad)
 		index := func(bucket []byte, has func(Machine, string) bool) {
 			t.tx.Bucket(bucket).ForEach(func(k, v []byte) error {
 				m, ok := machines[string(v)]

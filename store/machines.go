@@ -30,6 +30,10 @@ type NewMachine struct {
 	State State
 	// AgentName labels the allocation of a machine created DEPLOYED.
 	AgentName string
+	// systemUUID and inventory are set by Enlist only: what a machine says
+	// about itself is not the API's to forge.
+	systemUUID string
+	inventory  *Inventory
 }
 
 var (
@@ -122,6 +126,18 @@ func (s *Store) CreateMachine(ctx context.Context, actor Actor, nm NewMachine) (
 	}
 	var m Machine
 	err := s.update(ctx, func(t *Tx) error {
+		var err error
+		m, err = t.createMachine(actor, nm)
+		return err
+	})
+	return m, err
+}
+
+// createMachine is CreateMachine inside a transaction, for nm already
+// normalised.
+func (t *Tx) createMachine(actor Actor, nm NewMachine) (Machine, error) {
+	var m Machine
+	err := func() error {
 		if id := t.getRaw(bucketHostnames, []byte(nm.Hostname)); id != nil {
 			return errorf(CodeConflict, "hostname %q is already used by machine %s", nm.Hostname, id)
 		}
@@ -147,6 +163,7 @@ func (s *Store) CreateMachine(ctx context.Context, actor Actor, nm NewMachine) (
 			ID: id, Hostname: nm.Hostname, State: nm.State, Arch: nm.Arch,
 			MACs: nm.MACs, CPUCount: nm.CPUCount, MemoryMB: nm.MemoryMB,
 			Tags: nm.Tags, Zone: nm.Zone, Power: nm.Power,
+			SystemUUID: nm.systemUUID, Inventory: nm.inventory,
 			Commissioned: nm.State != StateNew,
 			StateSince:   t.now, Created: t.now, Updated: t.now,
 		}
@@ -159,7 +176,7 @@ func (s *Store) CreateMachine(ctx context.Context, actor Actor, nm NewMachine) (
 			return err
 		}
 		return t.addEvent(Event{Machine: id, Actor: actor.Name, Action: "create", To: m.State})
-	})
+	}()
 	return m, err
 }
 
@@ -197,6 +214,11 @@ func (t *Tx) putMachine(m *Machine) error {
 			if err := t.putRaw(bucketMACs, []byte(mac), []byte(m.ID)); err != nil {
 				return err
 			}
+		}
+	}
+	if old.SystemUUID != m.SystemUUID {
+		if err := t.indexUUID(old.SystemUUID, m.SystemUUID, m.ID); err != nil {
+			return err
 		}
 	}
 	if isFree(*m) {

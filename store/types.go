@@ -33,6 +33,12 @@ type Machine struct {
 	Power     PowerParams `json:"power"`
 	// DeployImage names the image the machine deploys (set by deploy).
 	DeployImage string `json:"deploy_image,omitempty"`
+	// SystemUUID is the SMBIOS system UUID the machine reported when it
+	// enlisted (lower case; empty when it had none or a placeholder). It
+	// identifies the machine across NIC changes (see Enlist).
+	SystemUUID string `json:"system_uuid,omitempty"`
+	// Inventory is what the machine reported about itself when it enlisted.
+	Inventory *Inventory `json:"inventory,omitempty"`
 	// Commissioned records that the hardware is known, which decides where
 	// mark-fixed leads.
 	Commissioned bool      `json:"commissioned"`

@@ -30,6 +30,7 @@ const (
 	CodeIPInUse            = "ip_in_use"
 	CodeNoSubnet           = "no_subnet"
 	CodeExhausted          = "exhausted"
+	CodeRateLimited        = "rate_limited"
 )
 
 // PowerParams are what an operator gives to reach a machine's BMC. Username and
@@ -73,6 +74,28 @@ type Machine struct {
 	Power      PowerView `json:"power"`
 	StateSince time.Time `json:"state_since"`
 	Created    time.Time `json:"created"`
+	// Inventory is what the machine reported when it enlisted; absent for
+	// machines added by hand.
+	Inventory *Inventory `json:"inventory,omitempty"`
+}
+
+// Inventory is a machine's hardware as it reported it at enlistment
+// (POST /metadata/v1/enlist).
+type Inventory struct {
+	SystemUUID string `json:"system_uuid,omitempty"`
+	Vendor     string `json:"vendor,omitempty"`
+	Product    string `json:"product,omitempty"`
+	Serial     string `json:"serial,omitempty"`
+	BMCAddress string `json:"bmc_address,omitempty"`
+	Disks      []Disk `json:"disks"`
+}
+
+// Disk is one block device of an inventory.
+type Disk struct {
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"size_bytes"`
+	Model     string `json:"model,omitempty"`
+	Serial    string `json:"serial,omitempty"`
 }
 
 // CreateMachine is the body of POST /api/v1/machines.

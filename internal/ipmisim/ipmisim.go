@@ -574,3 +574,23 @@ func (s *Sim) Ipmitool(ctx context.Context, args ...string) (string, error) {
 	err := cmd.Run()
 	return strings.TrimSpace(out.String()), err
 }
+
+// ActiveSessions asks the BMC (through ipmitool) how many sessions are
+// active, not counting ipmitool's own.
+func (s *Sim) ActiveSessions(ctx context.Context) (int, error) {
+	out, err := s.Ipmitool(ctx, "session", "info", "active")
+	if err != nil {
+		return 0, fmt.Errorf("session info: %v: %s", err, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && strings.TrimSpace(k) == "active sessions" {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return 0, fmt.Errorf("session info: %q", line)
+			}
+			return n - 1, nil
+		}
+	}
+	return 0, fmt.Errorf("session info: no count in %q", out)
+}

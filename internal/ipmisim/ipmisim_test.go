@@ -60,6 +60,9 @@ func TestSimPowerHangRestart(t *testing.T) {
 	if dev, _ := s.BootDevice(); dev != "pxe" {
 		t.Fatalf("boot device = %q, want pxe", dev)
 	}
+	if n, err := s.ActiveSessions(ctx(t)); err != nil || n != 0 {
+		t.Fatalf("active sessions besides ours = %d, %v; want 0 (ipmitool closes its sessions)", n, err)
+	}
 
 	if err := s.Hang(); err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func (p *fakePower) record(s string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.did = append(p.did, s)
-	return errors.New("fake: the machine is still running")
+	return nil
 }
 
 func (p *fakePower) actions() []string {
@@ -189,5 +189,27 @@ func TestFlags(t *testing.T) {
 	}
 	if err := run(t.Context(), []string{"extra"}, h.system(machineFS(""))); err == nil {
 		t.Error("stray argument accepted")
+	}
+}
+
+type failingPower struct{}
+
+func (failingPower) Reboot() error   { return errors.New("fake: EPERM") }
+func (failingPower) PowerOff() error { return errors.New("fake: EPERM") }
+
+func TestRunPowerFails(t *testing.T) {
+	ln, url := listen(t)
+	_, serve := startRackd(t, ln, nil)
+	serve()
+	var h harness
+	sys := h.system(machineFS("rackd.url=" + url))
+	sys.power = failingPower{}
+	err := run(t.Context(), nil, sys)
+	if err == nil || !strings.Contains(err.Error(), "powering off: fake: EPERM") {
+		t.Fatalf("err %v", err)
+	}
+	out := strings.Split(strings.TrimSpace(h.out.String()), "\n")
+	if len(out) < 2 || !strings.HasPrefix(out[len(out)-2], enlist.MarkerEnlisted) || !strings.HasPrefix(out[len(out)-1], enlist.MarkerFailed) {
+		t.Errorf("console:\n%s", h.out.String())
 	}
 }
