@@ -40,9 +40,16 @@ vet:
 unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m ./...
 
-## bootloaders: pxelinux, shim+grub, iPXE from Debian's packages into $(STATE)/boot
-bootloaders:
-	@bash scripts/bootloaders.sh $(STATE)/boot
+## bootloaders: pxelinux, shim+grub (amd64, arm64), iPXE from Debian's packages
+##   as bootloader images in build/bootloaders (.debs cached in
+##   build/bootloaders-cache), imported into the running rackd whose state is
+##   $(STATE) (e.g. alongside make run)
+bootloaders: build
+	@bash scripts/bootloaders.sh --image --cache build/bootloaders-cache build/bootloaders
+	@for arch in amd64 arm64; do \
+		RACKD_STATE_DIR=$(STATE) RACKD_URL=http://$(LISTEN) ./bin/rackd images import $(abspath build/bootloaders)/$$arch || { \
+			echo "bootloaders: import failed; is rackd running (make run)? Then: make bootloaders (the .debs are cached)" >&2; exit 1; }; \
+	done
 
 ## bench-alloc: allocation throughput vs raw fsync'd bbolt transactions
 bench-alloc:

@@ -25,6 +25,9 @@ import (
 	"rackd/netboot/dns"
 	"rackd/netboot/files"
 	"rackd/netboot/tftp"
+	"rackd/power"
+	"rackd/power/powertest"
+	"rackd/power/queue"
 	"rackd/store"
 )
 
@@ -47,6 +50,12 @@ type Agent struct {
 	// releases carries machines whose release was committed and whose
 	// completion (power off, then READY) is due.
 	releases chan string
+	// power runs the machines' power requests through their drivers
+	// (powerDrivers, by name); fakePower is the simulated BMCs of the "fake"
+	// driver when [power.fake] enables it.
+	power        *queue.Queue
+	powerDrivers map[string]power.Driver
+	fakePower    *powertest.Fake
 	// prober checks addresses before they are first handed out; nil when no
 	// DHCP interface is configured.
 	prober   Prober
@@ -112,6 +121,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if a.dhcp, err = a.newDHCP(cfg); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("dhcp: %w", err)
+	}
+	if err := a.newPower(cfg); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("power: %w", err)
 	}
 	if err := a.ensureAdmin(); err != nil {
 		s.Close()
@@ -255,6 +268,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	g.Go(func() error { a.watchdog(gctx); return nil })
 	g.Go(func() error { a.releaser(gctx); return nil })
+	g.Go(func() error { return a.power.Run(gctx) })
 	a.log.Info("rackd serving", "url", "http://"+ln.Addr().String(), "version", Version,
 		"state_dir", a.cfg.StateDir, "admin_token", a.AdminTokenPath())
 	err := g.Wait()
@@ -330,15 +344,18 @@ func (a *Agent) sweep(ctx context.Context) {
 	}
 }
 
-// releaser completes releases: RELEASING -> READY. Powering the machine off
-// first belongs to the power queue; until a machine has a power driver there
-// is nothing to wait for.
+// releaser completes releases: RELEASING -> READY, once the power queue has
+// powered the machine off (the RELEASING policy queued that); a machine
+// without a power driver has nothing to wait for.
 func (a *Agent) releaser(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case id := <-a.releases:
+			if !a.releasePowered(ctx, id) {
+				continue // the power queue is still at it; it sends id again when done
+			}
 			m, err := a.store.CompleteRelease(ctx, id)
 			switch {
 			case err == nil:

@@ -53,6 +53,9 @@ func routes() []route {
 		{"GET /api/v1/machines/{id}", user, (*Agent).getMachine},
 		{"GET /api/v1/machines/{id}/events", user, (*Agent).machineEvents},
 		{"POST /api/v1/machines/{id}/{action}", user, (*Agent).machineAction},
+		{"POST /api/v1/machines/{id}/power", user, (*Agent).requestPower},
+		{"GET /api/v1/machines/{id}/power", user, (*Agent).machinePower},
+		{"GET /api/v1/power/requests/{id}", user, (*Agent).powerRequest},
 		{"POST /api/v1/allocations", user, (*Agent).allocate},
 		{"DELETE /api/v1/allocations/{id}", user, (*Agent).release},
 		{"GET /api/v1/users", admin, (*Agent).listUsers},
@@ -271,6 +274,7 @@ func (a *Agent) decodeBody(w http.ResponseWriter, r *http.Request, v any, option
 // machineView is a machine as the API shows it, with its addresses.
 func (a *Agent) machineView(m store.Machine) api.Machine {
 	v := machineFields(m)
+	a.fillPower(&v, m)
 	addrs, err := a.store.MachineAddresses(m)
 	if err != nil {
 		a.log.Warn("read machine addresses", "machine", m.ID, "err", err)

@@ -309,13 +309,14 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestMachineLifecycleAPI walks a machine through the API's actions and the
-// background completion of a release.
+// background completion of a release (after the power queue powered it off:
+// the machine has a simulated BMC).
 func TestMachineLifecycleAPI(t *testing.T) {
-	ta := startAgent(t)
+	ta := startAgent(t, func(c *Config) { c.Power.Fake.Enabled = true })
 	bob := ta.addUser(t, "bob", false)
 	m := ta.addMachine(t, api.CreateMachine{Hostname: "web1", MACs: []string{"52-54-00-AA-BB-01"},
-		CPUCount: 4, MemoryMB: 8192, Power: &api.PowerParams{Driver: "ipmi", Address: "10.0.0.9:623", Username: "root", Password: "s3cret-pw"}})
-	if m.State != "NEW" || m.MACs[0] != "52:54:00:aa:bb:01" || m.Power.Driver != "ipmi" {
+		CPUCount: 4, MemoryMB: 8192, Power: &api.PowerParams{Driver: "fake", Address: "10.0.0.9:623", Username: "root", Password: "s3cret-pw"}})
+	if m.State != "NEW" || m.MACs[0] != "52:54:00:aa:bb:01" || m.Power.Driver != "fake" {
 		t.Fatalf("created %+v", m)
 	}
 	// Credentials never come back, on any read.

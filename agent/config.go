@@ -81,6 +81,7 @@ type Config struct {
 		Listen string   `toml:"listen"`
 		TTL    Duration `toml:"ttl"`
 	} `toml:"dns"`
+	Power PowerConfig `toml:"power"`
 	Enlist struct {
 		AutoCommission bool    `toml:"auto_commission"`
 		RateLimit      float64 `toml:"rate_limit"`
@@ -191,6 +192,9 @@ func (c Config) Validate() error {
 		if u, err := url.Parse(c.DHCP.HTTPURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("dhcp.http_url %q: want http://HOST:PORT", c.DHCP.HTTPURL))
 		}
+	}
+	if err := c.Power.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.DNS.Listen != "" {
 		if _, err := netip.ParseAddrPort(c.DNS.Listen); err != nil {

@@ -144,7 +144,7 @@ func (t *Tx) allocate(actor Actor, req AllocateRequest) (AllocateResult, error) 
 	if err := t.putMachine(&m); err != nil {
 		return AllocateResult{}, err
 	}
-	if err := t.applyPowerPolicy(m, actor.Name, "allocated"); err != nil {
+	if err := t.applyPowerPolicy(m, from, actor.Name, "allocated"); err != nil {
 		return AllocateResult{}, err
 	}
 	err := t.addEvent(Event{Machine: m.ID, Actor: actor.Name, Action: string(ActionAllocate),

@@ -405,7 +405,7 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 	if err := t.putMachine(&m); err != nil {
 		return Machine{}, err
 	}
-	if err := t.applyPowerPolicy(m, actor.Name, req.Reason); err != nil {
+	if err := t.applyPowerPolicy(m, from, actor.Name, req.Reason); err != nil {
 		return Machine{}, err
 	}
 	reason := req.Reason

@@ -233,9 +233,12 @@ func (t *Tx) enqueuePower(m Machine, action PowerAction, nextBoot, who, why stri
 // state and, when that asks for something to happen, queues the request.
 // It writes nothing when nothing changes (an allocation of a READY machine
 // costs no extra write).
-func (t *Tx) applyPowerPolicy(m Machine, who, why string) error {
+func (t *Tx) applyPowerPolicy(m Machine, from State, who, why string) error {
 	p := PowerPolicyFor(m.State)
-	old, err := t.powerStatus(m)
+	// A machine without a record yet had the policy of the state it leaves.
+	before := m
+	before.State = from
+	old, err := t.powerStatus(before)
 	if err != nil {
 		return err
 	}
@@ -680,4 +683,15 @@ func (s *Store) OpenPowerCount() (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// MachinePower returns m's power status (m as read by the caller).
+func (s *Store) MachinePower(m Machine) (PowerStatus, error) {
+	var ps PowerStatus
+	err := s.view(func(t *Tx) error {
+		var err error
+		ps, err = t.powerStatus(m)
+		return err
+	})
+	return ps, err
 }

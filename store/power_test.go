@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -192,5 +193,43 @@ func TestPowerPolicyOnTransitions(t *testing.T) {
 	}
 	if o, _ := s.ObservePower(ctx, "n1", "on"); o.Correction != nil {
 		t.Error("a second correction while the first is open")
+	}
+}
+
+// TestPowerPolicyWalk: a machine that never had a power record follows its
+// lifecycle: on with PXE for commissioning and deployment, off when READY
+// and when released.
+func TestPowerPolicyWalk(t *testing.T) {
+	s := openTest(t, Options{}, true)
+	ctx := context.Background()
+	m := createPowered(t, s, "n1", 1, StateNew)
+	var got []string
+	step := func(a Action) {
+		t.Helper()
+		var err error
+		if a == ActionAllocate {
+			_, err = s.Allocate(ctx, testAdmin, AllocateRequest{Name: "n1"})
+		} else {
+			_, err = s.Transition(ctx, testAdmin, TransitionRequest{Machine: m.ID, Action: a})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		open, _ := s.OpenPowerRequests(m.ID)
+		for _, o := range open {
+			got = append(got, string(a)+":"+string(o.Action)+o.NextBoot)
+			s.StartPower(ctx, o.ID, nil)
+			if _, err := s.FinishPower(ctx, o.ID, PowerDone, "", o.Action.Final()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, a := range []Action{ActionCommission, ActionCommissioningDone, ActionAllocate, ActionDeploy,
+		ActionDeploymentDone, ActionRelease, ActionReleaseDone} {
+		step(a)
+	}
+	want := "commission:onpxe commissioning-done:off deploy:onpxe release:off"
+	if g := strings.Join(got, " "); g != want {
+		t.Errorf("requests along the lifecycle:\n got %s\nwant %s", g, want)
 	}
 }

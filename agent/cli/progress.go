@@ -64,6 +64,10 @@ func (p *progress) update(j api.ImportJob) {
 		p.drawn = true
 		return
 	}
+	// Before the server has read the manifest there is nothing to say.
+	if j.BytesTotal == 0 && j.Files == 0 {
+		return
+	}
 	if p.lastPrinted.IsZero() || now.Sub(p.lastPrinted) >= plainEvery {
 		fmt.Fprintln(p.w, plainLine(j, p.rate))
 		p.lastPrinted = now

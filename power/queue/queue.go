@@ -673,7 +673,8 @@ func notSent(err error) bool {
 }
 
 // verify polls the status until it reads want or the verify deadline passes.
-// A driver that cannot read the status (manual) is taken at its word.
+// A driver that cannot read the status (manual: StateUnknown or
+// ErrUnsupported) is taken at its word.
 func (j *job) verify(ctx context.Context, want string) error {
 	deadline := time.Now().Add(j.q.cfg.VerifyDeadline)
 	var lastErr error
@@ -682,7 +683,8 @@ func (j *job) verify(ctx context.Context, want string) error {
 		switch {
 		case err == nil && s.String() == want:
 			return nil
-		case errors.Is(err, power.ErrUnsupported):
+		case errors.Is(err, power.ErrUnsupported), err == nil && s == power.StateUnknown:
+			// The driver cannot read the power (manual): nothing to wait for.
 			return nil
 		case err != nil:
 			lastErr = err

@@ -149,7 +149,7 @@ func TestRunWaitsForRackd(t *testing.T) {
 	sys := h.system(machineFS("rackd.url=" + url))
 	waits := 0
 	sys.sleep = func(ctx context.Context, d time.Duration) error {
-		if d >= time.Second { // a backoff wait, not the NIC poll
+		if d != nicPoll { // a backoff wait
 			if waits++; waits == 2 {
 				serve()
 			}
@@ -162,8 +162,10 @@ func TestRunWaitsForRackd(t *testing.T) {
 	if !strings.HasPrefix(final, enlist.MarkerEnlisted) || !strings.HasSuffix(final, ", "+enlist.SuffixReboot) {
 		t.Fatalf("final %q\n%s", final, out)
 	}
-	if n := strings.Count(out, "whoami attempt"); n != 2 {
-		t.Errorf("%d failed whoami attempts reported, want 2:\n%s", n, out)
+	// Two attempts fail before rackd serves; on a loaded machine a third
+	// may time out while it starts.
+	if n := strings.Count(out, "whoami attempt"); n < 2 || n != waits {
+		t.Errorf("%d failed whoami attempts reported after %d waits, want 2 or more:\n%s", n, waits, out)
 	}
 }
 

@@ -284,6 +284,9 @@ func loadModules(sys system, file, cmdline string, say func(string, ...any)) {
 	say("modules loaded: %s", strings.Join(loaded, " "))
 }
 
+// nicPoll is how often waitNICs looks.
+const nicPoll = 200 * time.Millisecond
+
 // waitNICs polls /sys/class/net until a physical interface shows up:
 // drivers create their interfaces a moment after they load.
 func waitNICs(ctx context.Context, sys system, wait time.Duration) ([]inventory.NIC, error) {
@@ -299,7 +302,7 @@ func waitNICs(ctx context.Context, sys system, wait time.Duration) ([]inventory.
 			}
 			return nil, fmt.Errorf("no physical network interface after %s (is the NIC's driver in the modules list?): %w", wait, err)
 		}
-		if err := sys.sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := sys.sleep(ctx, nicPoll); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"rackd/agent/api"
+	"rackd/images"
+)
+
+// TestBootloadersScript runs scripts/bootloaders.sh (make bootloaders'
+// extraction) against the Debian mirror, like test-deps does: it downloads
+// the packages into build/bootloaders-cache (ignored, kept between runs, so
+// only the first run downloads), builds the two bootloader image
+// directories, and checks that rackd imports them and serves every
+// bootloader by the name DHCP hands out, over HTTP and TFTP, byte for byte.
+func TestBootloadersScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("downloads Debian packages; not in -short")
+	}
+	for _, tool := range []string{"apt-get", "dpkg-deb", "sha256sum"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found: make bootloaders needs a Debian system", tool)
+		}
+	}
+	curl := requirePeer(t, "curl")
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repo, "scripts", "bootloaders.sh"),
+		"--image", "--cache", filepath.Join(repo, "build", "bootloaders-cache"), out)
+	cmd.Dir = repo
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("bootloaders.sh: %v\n%s", err, b)
+	}
+
+	want := map[string][]string{
+		"amd64": {"pxelinux.0", "ldlinux.c32", "bootx64.efi", "grubx64.efi", "undionly.kpxe", "ipxe.efi", "snponly.efi"},
+		"arm64": {"grubaa64.efi"},
+	}
+	ta := startAgent(t, func(c *Config) { c.TFTP.Listen = "127.0.0.1:0" })
+	select {
+	case <-ta.tftp.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("tftp did not start")
+	}
+	for arch, names := range want {
+		dir := filepath.Join(out, arch)
+		data, err := os.ReadFile(filepath.Join(dir, images.ManifestName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := images.ParseManifest(data)
+		if err != nil {
+			t.Fatalf("%s manifest: %v\n%s", arch, err, data)
+		}
+		if m.Name != "bootloaders" || m.Arch != arch || m.Purpose != images.PurposeBootloader || len(m.Files) != len(names) {
+			t.Fatalf("%s manifest: %+v", arch, m)
+		}
+		var im api.Image
+		if code, raw := ta.call(t, ta.admin, "POST", "/api/v1/images/import", api.ImportImage{Dir: dir}, &im); code != 201 {
+			t.Fatalf("import %s: %d %s", arch, code, raw)
+		}
+		for _, name := range names {
+			file, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(file) < 1024 {
+				t.Errorf("%s: %d bytes: not a bootloader", name, len(file))
+			}
+			// The UEFI loaders are PE images.
+			if filepath.Ext(name) == ".efi" && string(file[:2]) != "MZ" {
+				t.Errorf("%s is not a PE image", name)
+			}
+			sum := sha256.Sum256(file)
+			if code, body := httpGet(t, ta.url+"/boot/"+name); code != 200 || sha256.Sum256([]byte(body)) != sum {
+				t.Errorf("/boot/%s over HTTP: %d, %d bytes, want the image's %d", name, code, len(body), len(file))
+			}
+			got, err := exec.CommandContext(ctx, curl, "-sS", "--tftp-blksize", "1468", "tftp://"+ta.tftp.Addr().String()+"/"+name).Output()
+			if err != nil || sha256.Sum256(got) != sum {
+				t.Errorf("%s over TFTP: %v, %d bytes, sha256 %s", name, err, len(got), hex.EncodeToString(sum[:]))
+			}
+		}
+	}
+}
