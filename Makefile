@@ -64,5 +64,13 @@ bench-dhcp: bench-deps
 bench-deps:
 	@bash bench/dhcp/deps.sh
 
+## bench-ipmi: status of 50 ipmi_sim BMCs through rackd's IPMI driver vs an
+##   ipmitool loop (root; installs openipmi and ipmitool when missing)
+##   flags through BENCH_IPMI_FLAGS, e.g. make bench-ipmi BENCH_IPMI_FLAGS='-reps 3'
+.PHONY: bench-ipmi
+bench-ipmi:
+	@bash bench/ipmi/deps.sh
+	$(GO) run ./bench/ipmi $(BENCH_IPMI_FLAGS)
+
 clean:
 	rm -rf bin dist

@@ -1,0 +1,202 @@
+// Command ipmi measures reading the power status of many BMCs through
+// rackd's IPMI driver against the shell loop an operator would write with
+// ipmitool (`make bench-ipmi`). It starts -bmcs real ipmi_sim BMCs on
+// 127.0.1.N:623 (half of them powered on), then, -reps times, interleaved:
+//
+//   - rackd: a new ipmi driver reads every BMC's status with at most
+//     -concurrency commands in flight (the power queue's default global
+//     bound), cold: every BMC needs a session set up, as for ipmitool;
+//   - the same driver again, warm (sessions reused, as the queue's polling
+//     does) — printed, not part of the ratio;
+//   - ipmitool: `ipmitool -I lanplus -C 3 ... chassis power status` once
+//     per BMC in a sequential bash loop, the password in the environment.
+//
+// Every answer is checked against the state each BMC was started with. The
+// medians make the last line printed:
+//
+//	RESULT ipmi_status_all_s=<n> ipmitool_loop_s=<n> ratio=<ipmitool_loop_s / ipmi_status_all_s>
+//
+// This measures the driver layer with the queue's concurrency, not a
+// running rackd. Every simulator is stopped by PID at the end, also on
+// Ctrl-C. Loops are bounded in count and time; only loopback is used.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"rackd/internal/ipmisim"
+	"rackd/power"
+	"rackd/power/ipmi"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-ipmi:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	n := flag.Int("bmcs", 50, "simulated BMCs")
+	reps := flag.Int("reps", 5, "measured repetitions of each side")
+	conc := flag.Int("concurrency", 64, "commands in flight through the driver (the power queue's default power.global)")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (ipmi_sim binds port 623 on 127.0.1.N)")
+	}
+	for _, bin := range []string{"ipmi_sim", "ipmitool", "bash"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not installed (bench/ipmi/deps.sh installs it)", bin)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	fmt.Printf("starting %d ipmi_sim BMCs\n", *n)
+	sims := make([]*ipmisim.Sim, *n)
+	var mu sync.Mutex
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range sims {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	var g errgroup.Group
+	g.SetLimit(8)
+	for i := range sims {
+		g.Go(func() error {
+			s, err := ipmisim.New(ipmisim.Options{PowerOn: i%2 == 0, Password: "bench-" + strconv.Itoa(i)})
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			sims[i] = s
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	want := func(i int) power.State {
+		if i%2 == 0 {
+			return power.StateOn
+		}
+		return power.StateOff
+	}
+
+	var cold, warm, loop []float64
+	for r := range *reps {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		c, w, err := driverRound(ctx, sims, *conc, want)
+		if err != nil {
+			return fmt.Errorf("driver round %d: %w", r, err)
+		}
+		l, err := ipmitoolRound(ctx, sims, want)
+		if err != nil {
+			return fmt.Errorf("ipmitool round %d: %w", r, err)
+		}
+		cold, warm, loop = append(cold, c), append(warm, w), append(loop, l)
+		fmt.Printf("round %d: rackd cold %.3fs warm %.3fs, ipmitool loop %.3fs\n", r+1, c, w, l)
+	}
+	mc, mw, ml := median(cold), median(warm), median(loop)
+	fmt.Printf("medians over %d rounds, %d BMCs: rackd driver cold %.3fs (warm %.3fs, concurrency %d), ipmitool loop %.3fs (%.1f ms per BMC)\n",
+		*reps, *n, mc, mw, *conc, ml, ml*1000/float64(*n))
+	fmt.Printf("RESULT ipmi_status_all_s=%.3f ipmitool_loop_s=%.3f ratio=%.1f\n", mc, ml, ml/mc)
+	return nil
+}
+
+// driverRound reads every BMC's status through a new driver (cold), then
+// again through the same one (warm), and checks every answer.
+func driverRound(ctx context.Context, sims []*ipmisim.Sim, conc int, want func(int) power.State) (cold, warm float64, err error) {
+	d := ipmi.New(ipmi.Options{Logger: slog.New(slog.DiscardHandler)})
+	defer d.Close()
+	pass := func() (float64, error) {
+		start := time.Now()
+		var g errgroup.Group
+		g.SetLimit(conc)
+		for i, s := range sims {
+			g.Go(func() error {
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				st, err := d.Status(cctx, power.Target{Driver: "ipmi", Address: s.Addr, Username: s.User, Password: s.Password})
+				if err != nil {
+					return err
+				}
+				if st != want(i) {
+					return fmt.Errorf("%s: status %v, want %v", s.Addr, st, want(i))
+				}
+				return nil
+			})
+		}
+		err := g.Wait()
+		return time.Since(start).Seconds(), err
+	}
+	if cold, err = pass(); err != nil {
+		return 0, 0, err
+	}
+	warm, err = pass()
+	return cold, warm, err
+}
+
+// ipmitoolRound runs the operator's loop: one ipmitool per BMC, in turn.
+// Each BMC has its own password, so the loop sets IPMI_PASSWORD per call
+// (in the environment, never argv).
+func ipmitoolRound(ctx context.Context, sims []*ipmisim.Sim, want func(int) power.State) (float64, error) {
+	var script strings.Builder
+	script.WriteString("set -e\nwhile read -r host pass; do\n\tIPMI_PASSWORD=$pass ipmitool -I lanplus -C 3 -H \"$host\" -U admin -E chassis power status\ndone\n")
+	var input strings.Builder
+	for _, s := range sims {
+		if s.Port != 623 || s.User != "admin" {
+			return 0, fmt.Errorf("%s: the loop assumes port 623 and user admin", s.Addr)
+		}
+		fmt.Fprintf(&input, "%s %s\n", s.Host, s.Password)
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Duration(len(sims))*5*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, "bash", "-c", script.String())
+	cmd.Stdin = strings.NewReader(input.String())
+	start := time.Now()
+	out, err := cmd.Output()
+	took := time.Since(start).Seconds()
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(sims) {
+		return 0, fmt.Errorf("%d answers from %d BMCs: %s", len(lines), len(sims), out)
+	}
+	for i, l := range lines {
+		if w := "Chassis Power is " + want(i).String(); strings.TrimSpace(l) != w {
+			return 0, fmt.Errorf("%s: ipmitool says %q, want %q", sims[i].Addr, l, w)
+		}
+	}
+	return took, nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
