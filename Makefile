@@ -8,7 +8,8 @@ LISTEN   ?= 127.0.0.1:5240
 export CGO_ENABLED ?= 0
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build run test bootloaders test-deps unit vet fmt-check bench-alloc bench-deps bench-dhcp clean
+.PHONY: all build run test bootloaders test-deps unit vet fmt-check bench-alloc bench-deps bench-dhcp clean \
+	initramfs import-initramfs appliance e2e bench-boot
 
 all: build
 
@@ -50,6 +51,32 @@ bootloaders: build
 		RACKD_STATE_DIR=$(STATE) RACKD_URL=http://$(LISTEN) ./bin/rackd images import $(abspath build/bootloaders)/$$arch || { \
 			echo "bootloaders: import failed; is rackd running (make run)? Then: make bootloaders (the .debs are cached)" >&2; exit 1; }; \
 	done
+
+## initramfs: the enlistment environment (Debian's kernel, a u-root initramfs
+##   with the enlist client as its uinit) as an importable image in
+##   build/initramfs/image; the kernel package is downloaded, not installed
+initramfs:
+	@bash scripts/initramfs.sh
+
+## import-initramfs: import it into the running rackd whose state is $(STATE)
+##   (e.g. alongside make run); builds it first when missing
+import-initramfs: build
+	@[ -f build/initramfs/image/rackd-image.json ] || bash scripts/initramfs.sh
+	RACKD_STATE_DIR=$(STATE) RACKD_URL=http://$(LISTEN) ./bin/rackd images import $(abspath build/initramfs/image)
+
+## appliance: dist/appliance/ with the static rackd, the enlistment image,
+##   the bootloaders, a default config, a systemd unit and a README
+appliance: build
+	@bash scripts/appliance.sh
+
+## e2e: only the real-VM end-to-end tests (root, QEMU; make test runs them too)
+e2e: test-deps
+	CGO_ENABLED=1 $(GO) test -count=1 -v -timeout 30m ./e2e/
+
+## bench-boot: wall time from a VM's start to a NEW machine (root, QEMU, TCG)
+##   flags through BENCH_BOOT_FLAGS, e.g. make bench-boot BENCH_BOOT_FLAGS='-reps 3'
+bench-boot: test-deps
+	$(GO) run ./bench/boot $(BENCH_BOOT_FLAGS)
 
 ## bench-alloc: allocation throughput vs raw fsync'd bbolt transactions
 bench-alloc:

@@ -43,6 +43,9 @@ type baseKey struct{}
 type bootRenderer struct {
 	src  bootconf.Source
 	base string // used when the request carries none
+	// force answers some per-MAC requests with the default config
+	// (boot.default_first; nil: never).
+	force *defaultFirst
 }
 
 func (r bootRenderer) Render(ctx context.Context, name string) ([]byte, bool, error) {
@@ -66,7 +69,11 @@ func (r bootRenderer) Render(ctx context.Context, name string) ([]byte, bool, er
 	if b, ok := ctx.Value(baseKey{}).(string); ok && b != "" {
 		base = b
 	}
-	out, err := bootconf.Render(ctx, r.src, req, bootconf.Bases{HTTP: base})
+	src := r.src
+	if r.force.take(req.MAC) {
+		src = unknownMachines{src}
+	}
+	out, err := bootconf.Render(ctx, src, req, bootconf.Bases{HTTP: base})
 	if err != nil {
 		return nil, false, err
 	}
@@ -93,7 +100,7 @@ func (a *Agent) newBootFiles(cfg Config) (files.Source, error) {
 			}
 		}
 	}
-	return files.NewOverlay(bootRenderer{src: bootSource{a.store}, base: base}, blobSource{blobs: a.images, loaders: &a.bootloaders, next: tree}), nil
+	return files.NewOverlay(bootRenderer{src: bootSource{a.store}, base: base, force: newDefaultFirst(cfg.Boot.DefaultFirst)}, blobSource{blobs: a.images, loaders: &a.bootloaders, next: tree}), nil
 }
 
 // newTFTP builds the TFTP server when tftp.listen is set.

@@ -82,6 +82,9 @@ type Config struct {
 		TTL    Duration `toml:"ttl"`
 	} `toml:"dns"`
 	Power PowerConfig `toml:"power"`
+	Boot  struct {
+		DefaultFirst int `toml:"default_first"`
+	} `toml:"boot"`
 	Enlist struct {
 		AutoCommission bool    `toml:"auto_commission"`
 		RateLimit      float64 `toml:"rate_limit"`
@@ -192,6 +195,9 @@ func (c Config) Validate() error {
 		if u, err := url.Parse(c.DHCP.HTTPURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("dhcp.http_url %q: want http://HOST:PORT", c.DHCP.HTTPURL))
 		}
+	}
+	if c.Boot.DefaultFirst < 0 {
+		errs = append(errs, fmt.Errorf("boot.default_first %d is negative", c.Boot.DefaultFirst))
 	}
 	if err := c.Power.validate(); err != nil {
 		errs = append(errs, err)

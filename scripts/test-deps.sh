@@ -17,8 +17,17 @@ tftp tftp-hpa
 atftp atftp
 curl curl
 udhcpc udhcpc
+qemu-system-x86_64 qemu-system-x86
+depmod kmod
 ipmi_sim openipmi
 ipmitool ipmitool
+LIST
+# file -> the Debian package that has it (firmware the VM tests boot)
+while read -r file pkg; do
+	[ -e "$file" ] || need+=("$pkg")
+done <<'LIST'
+/usr/lib/ipxe/qemu/efi-virtio.rom ipxe-qemu
+/usr/share/OVMF/OVMF_CODE_4M.fd ovmf
 LIST
 
 if [ ${#need[@]} -eq 0 ]; then

@@ -1,0 +1,77 @@
+package initramfs
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// list reads a data file of this package: one entry a line, # comments.
+func list(t *testing.T, name string) []string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if line = strings.TrimSpace(line); line != "" {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestToolsMatchCommands: tools.go (which makes go.mod pin the u-root
+// commands) imports exactly the commands the build puts in the initramfs.
+func TestToolsMatchCommands(t *testing.T) {
+	cmds := list(t, "commands.txt")
+	f, err := parser.ParseFile(token.NewFileSet(), "tools.go", nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var imports []string
+	for _, im := range f.Imports {
+		p, err := strconv.Unquote(im.Path.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		imports = append(imports, p)
+	}
+	slices.Sort(cmds)
+	slices.Sort(imports)
+	if !slices.Equal(cmds, imports) {
+		t.Fatalf("commands.txt lists %v\ntools.go imports %v", cmds, imports)
+	}
+	for _, want := range []string{"init", "gosh"} {
+		if !slices.Contains(cmds, "github.com/u-root/u-root/cmds/core/"+want) {
+			t.Errorf("commands.txt lacks %s, which the build names as init or shell", want)
+		}
+	}
+}
+
+// TestModules: the module list names the NICs QEMU gives the end-to-end
+// tests' VMs, each once, in the spelling modules.dep uses.
+func TestModules(t *testing.T) {
+	mods := list(t, "modules.txt")
+	for _, want := range []string{"virtio_net", "virtio_pci", "e1000"} {
+		if !slices.Contains(mods, want) {
+			t.Errorf("modules.txt lacks %s", want)
+		}
+	}
+	seen := map[string]bool{}
+	for _, m := range mods {
+		if seen[m] {
+			t.Errorf("modules.txt lists %s twice", m)
+		}
+		seen[m] = true
+		if strings.ContainsAny(m, " /.") {
+			t.Errorf("modules.txt: %q is not a module name", m)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Builds the enlistment environment: Debian's kernel plus a u-root initramfs
+# whose uinit is the enlist client, as an image directory that
+# `rackd images import DIR` takes (purpose enlist, arch amd64).
+#
+#   OUT/kernel/<pkg>/     the kernel package, extracted (not installed: /boot
+#                         and /lib/modules of this machine are untouched);
+#                         kept as a cache between builds
+#   OUT/modules/          the NIC modules of initramfs/modules.txt with their
+#                         dependencies, and depmod's files for just those
+#   OUT/image/            vmlinuz, initramfs.cpio.gz, rackd-image.json
+#
+# Environment: OUT (default build/initramfs), KERNEL_PKG (default: the
+# versioned package Debian's linux-image-amd64 depends on), ENLIST_PKG (the
+# uinit's Go package, default ./enlist/cmd/enlist), IMAGE_NAME (default
+# rackd-enlist). Run from the repository root (make initramfs does).
+set -euo pipefail
+
+out=${OUT:-build/initramfs}
+enlist_pkg=${ENLIST_PKG:-./enlist/cmd/enlist}
+image_name=${IMAGE_NAME:-rackd-enlist}
+cmdline=${IMAGE_CMDLINE:-console=tty0 console=ttyS0,115200}
+start=$SECONDS
+step() { printf 'initramfs: [%3ds] %s\n' $((SECONDS - start)) "$*"; }
+die() {
+	echo "initramfs: $*" >&2
+	exit 1
+}
+
+for tool in apt-get dpkg-deb depmod gzip sha256sum go; do
+	command -v "$tool" >/dev/null || die "$tool not found (depmod is in Debian's kmod package; make test-deps installs it)"
+done
+[ -f initramfs/modules.txt ] || die "run from the repository root"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+# download PKG... into the current directory, refreshing the package lists
+# once if the versions they name are gone from the mirror.
+download() {
+	apt-get download "$@" >/dev/null 2>&1 && return 0
+	step "apt-get download $* failed; refreshing the package lists"
+	apt-get update -qq >/dev/null 2>&1 || true
+	apt-get download "$@" >/dev/null || die "apt-get download $* failed"
+}
+
+# 1. The kernel.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pkg=${KERNEL_PKG:-}
+if [ -z "$pkg" ]; then
+	step "resolving linux-image-amd64"
+	(cd "$work" && download linux-image-amd64)
+	# Depends: linux-image-6.1.0-57-amd64 (= 6.1.192-3)
+	pkg=$(dpkg-deb -f "$work"/linux-image-amd64_*.deb Depends | sed -n 's/^\(linux-image-[^ ,]*\).*/\1/p')
+	[ -n "$pkg" ] || die "cannot read the kernel package linux-image-amd64 depends on"
+fi
+kroot=$out/kernel/$pkg
+if [ ! -f "$kroot/.done" ]; then
+	step "downloading $pkg"
+	(cd "$work" && download "$pkg")
+	rm -rf "$kroot"
+	mkdir -p "$kroot"
+	step "extracting $pkg"
+	dpkg-deb -x "$work/$pkg"_*.deb "$kroot"
+	touch "$kroot/.done"
+fi
+kver=$(basename "$(ls -d "$kroot"/lib/modules/*/ | head -n1)")
+[ -n "$kver" ] && [ -f "$kroot/boot/vmlinuz-$kver" ] || die "no kernel in $kroot"
+moddir=$kroot/lib/modules/$kver
+if [ ! -f "$moddir/modules.dep" ]; then
+	# The package carries no modules.dep: its postinst runs depmod.
+	step "depmod for $kver"
+	depmod -b "$kroot" "$kver"
+fi
+
+# 2. The modules: initramfs/modules.txt and what they need, by modules.dep.
+step "resolving the modules of initramfs/modules.txt"
+declare -A want=()
+queue=()
+while read -r name; do
+	name=${name%%#*}
+	name=${name//[[:space:]]/}
+	[ -n "$name" ] || continue
+	alt=${name//_/-}
+	line=$(grep -E "/(${name}|${alt})\.ko(\.[a-z]+)?:" "$moddir/modules.dep" | head -n1 || true)
+	if [ -z "$line" ]; then
+		if grep -qE "/(${name}|${alt})\.ko\$" "$moddir/modules.builtin"; then
+			step "  $name is built into $kver"
+			continue
+		fi
+		die "module $name is neither in $kver's modules.dep nor built in"
+	fi
+	queue+=("${line%%:*}")
+done < initramfs/modules.txt
+while [ ${#queue[@]} -gt 0 ]; do
+	m=${queue[0]}
+	queue=("${queue[@]:1}")
+	[ -n "${want[$m]:-}" ] && continue
+	want[$m]=1
+	deps=$(grep -E "^${m//./\\.}:" "$moddir/modules.dep" | cut -d: -f2)
+	for d in $deps; do
+		queue+=("$d")
+	done
+done
+mods=$out/modules
+rm -rf "$mods"
+mkdir -p "$mods/lib/modules/$kver"
+for m in $(printf '%s\n' "${!want[@]}" | LC_ALL=C sort); do
+	install -D -m 0644 "$moddir/$m" "$mods/lib/modules/$kver/$m"
+done
+cp "$moddir/modules.builtin" "$moddir/modules.builtin.modinfo" "$mods/lib/modules/$kver/"
+# modules.order keeps the kernel's order among the modules shipped.
+grep -xF -f <(printf '%s\n' "${!want[@]}") "$moddir/modules.order" >"$mods/lib/modules/$kver/modules.order" || true
+# depmod over just these gives a modules.dep (and modules.alias) that names
+# only files that are there.
+depmod -b "$mods" "$kver"
+# Keep the text files kmodule and modprobe read; drop the binary indexes.
+find "$mods/lib/modules/$kver" -maxdepth 1 -type f ! -name modules.dep ! -name modules.builtin ! -name modules.alias -delete
+step "  ${#want[@]} modules: $(printf '%s\n' "${!want[@]}" | sed 's|.*/||; s|\.ko.*||' | LC_ALL=C sort | tr '\n' ' ')"
+
+# 3. The initramfs.
+image=$out/image
+mkdir -p "$image"
+cmds=$(sed 's/#.*//' initramfs/commands.txt | tr -s ' \n' ' ')
+# The enlist client is built on its own and added as a file: u-root's
+# busybox builder takes import paths without a dot ("rackd/...") for the
+# standard library's and cannot build this module's packages into bb.
+step "building the enlist client ($enlist_pkg)"
+GOOS=linux GOARCH=amd64 GOAMD64=v1 CGO_ENABLED=0 \
+	go build -trimpath -ldflags '-s -w -buildid=' -o "$work/enlist" "$enlist_pkg"
+step "building the u-root initramfs (about a minute)"
+# Fixed mtimes on everything the archive takes from disk.
+find "$mods" -exec touch -h -d @0 {} +
+cp initramfs/modules.txt "$work/modules"
+touch -d @0 "$work/modules" "$work/enlist"
+GOOS=linux GOARCH=amd64 GOAMD64=v1 CGO_ENABLED=0 \
+	go tool u-root -o "$work/initramfs.cpio" \
+	-initcmd=init -uinitcmd=/bin/enlist -defaultsh=gosh \
+	-files "$work/enlist:bin/enlist" \
+	-files "$mods/lib/modules:lib/modules" \
+	-files "$work/modules:etc/rackd-enlist/modules" \
+	$cmds 2>"$work/u-root.log" || {
+	cat "$work/u-root.log" >&2
+	die "u-root failed"
+}
+cp "$work/initramfs.cpio" "$out/initramfs.cpio"
+# gzip -n: no name or time stamp in the header.
+gzip -n -9 <"$work/initramfs.cpio" >"$image/.initramfs.cpio.gz.tmp"
+mv -f "$image/.initramfs.cpio.gz.tmp" "$image/initramfs.cpio.gz"
+install -m 0644 "$kroot/boot/vmlinuz-$kver" "$image/vmlinuz"
+
+# 4. The manifest.
+entry() { # path role
+	printf '    {"path": "%s", "role": "%s", "sha256": "%s", "size": %s}' \
+		"$1" "$2" "$(sha256sum "$image/$1" | cut -d' ' -f1)" "$(stat -c %s "$image/$1")"
+}
+{
+	printf '{\n  "name": "%s",\n  "arch": "amd64",\n  "purpose": "enlist",\n' "$image_name"
+	# The last console= is /dev/console, where the enlist client's progress
+	# lines go: the serial port, which a BMC's serial-over-LAN (or a test)
+	# reads; the screen gets the kernel's messages too.
+	printf '  "cmdline": "%s",\n  "files": [\n' "$cmdline"
+	entry vmlinuz kernel
+	printf ',\n'
+	entry initramfs.cpio.gz initrd
+	printf '\n  ]\n}\n'
+} >"$image/rackd-image.json"
+printf '%s\n' "$kver" >"$image/KERNEL_VERSION"
+step "done: $image ($(du -h "$image/initramfs.cpio.gz" | cut -f1) initramfs, kernel $kver)"
+step "  initramfs sha256 $(sha256sum "$image/initramfs.cpio.gz" | cut -c1-16)"
