@@ -55,6 +55,20 @@ func (d dhcpLeases) Ack(ctx context.Context, r dhcp.Request) (dhcp.Lease, error)
 	return leaseOf(g), nil
 }
 
+var _ dhcp.AsyncAcker = dhcpLeases{}
+
+// AckAsync implements dhcp.AsyncAcker: the server answers from the commit's
+// completion instead of parking a worker on it.
+func (d dhcpLeases) AckAsync(ctx context.Context, r dhcp.Request, done func(dhcp.Lease, error)) error {
+	return d.s.DHCPAckAsync(ctx, leaseRequest(r), func(g store.Grant, err error) {
+		if err != nil {
+			done(dhcp.Lease{}, dhcpError(err))
+			return
+		}
+		done(leaseOf(g), nil)
+	})
+}
+
 func (d dhcpLeases) Release(ctx context.Context, mac net.HardwareAddr, ip netip.Addr) error {
 	return d.s.DHCPRelease(ctx, mac.String(), ip)
 }

@@ -151,13 +151,41 @@ func (s *Store) DHCPOffer(ctx context.Context, req LeaseRequest) (Grant, error) 
 // once the lease is durable. A refusal the client must hear as DHCPNAK has
 // CodeNak; CodeNoSubnet means the request is not for us.
 func (s *Store) DHCPAck(ctx context.Context, req LeaseRequest) (Grant, error) {
-	mac, err := NormalizeMAC(req.MAC)
+	fn, g, err := s.dhcpAck(req)
 	if err != nil {
 		return Grant{}, err
 	}
+	err = s.updateLazy(ctx, s.ipam.opts.LeaseCommitDelay, fn)
+	return *g, err
+}
+
+// DHCPAckAsync is DHCPAck for a caller that does not wait: done is called
+// with the outcome once the lease is durable (or refused), on the store's
+// committer goroutine, so it must be quick and must not block. The error
+// is for a request that could not be queued; done is then not called.
+func (s *Store) DHCPAckAsync(ctx context.Context, req LeaseRequest, done func(Grant, error)) error {
+	fn, g, err := s.dhcpAck(req)
+	if err != nil {
+		return err
+	}
+	return s.updateAsync(ctx, s.ipam.opts.LeaseCommitDelay, fn, func(err error) {
+		if err != nil {
+			done(Grant{}, err)
+			return
+		}
+		done(*g, nil)
+	})
+}
+
+// dhcpAck is the operation of DHCPAck and where it puts the grant.
+func (s *Store) dhcpAck(req LeaseRequest) (func(*Tx) error, *Grant, error) {
+	mac, err := NormalizeMAC(req.MAC)
+	if err != nil {
+		return nil, nil, err
+	}
 	ip := req.IP.Unmap()
 	var g Grant
-	err = s.updateLazy(ctx, s.ipam.opts.LeaseCommitDelay, func(t *Tx) error {
+	fn := func(t *Tx) error {
 		sn, err := t.subnetFor(req.Link)
 		if err != nil {
 			return err
@@ -219,8 +247,8 @@ func (s *Store) DHCPAck(ctx context.Context, req LeaseRequest) (Grant, error) {
 		// only once it is committed: until then the hold keeps it.
 		t.afterCommit(func() { st.unhold(ip, mac, sn.CIDR) })
 		return nil
-	})
-	return g, err
+	}
+	return fn, &g, nil
 }
 
 // DHCPRelease ends mac's lease on ip (DHCPRELEASE). Anything else at ip is

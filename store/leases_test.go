@@ -910,3 +910,47 @@ func TestLeaseCommitAfterQuiet(t *testing.T) {
 		t.Fatalf("a lease after a quiet spell waited for company: %v", err)
 	}
 }
+
+// TestDHCPAckAsync: the callback comes once per request, after the lease
+// is committed (a read from inside it sees the lease), with the refusal for
+// an address someone else holds.
+func TestDHCPAckAsync(t *testing.T) {
+	s, _ := newIPAM(t, []store.Subnet{lab()})
+	type result struct {
+		g       store.Grant
+		err     error
+		visible bool
+	}
+	results := make(chan result, 2)
+	done := func(g store.Grant, err error) {
+		leases, lerr := s.Leases()
+		if lerr != nil {
+			t.Error(lerr)
+		}
+		visible := false
+		for _, a := range leases {
+			visible = visible || (err == nil && a.IP == g.Address.IP && a.MAC == g.Address.MAC)
+		}
+		results <- result{g, err, visible}
+	}
+	if err := s.DHCPAckAsync(bg, store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.100")}, done); err != nil {
+		t.Fatal(err)
+	}
+	r := <-results
+	if r.err != nil || r.g.Address.IP != addr("10.0.0.100") || !r.visible {
+		t.Fatalf("first ack: grant %+v, err %v, visible when called back: %v", r.g.Address, r.err, r.visible)
+	}
+	if err := s.DHCPAckAsync(bg, store.LeaseRequest{MAC: macB, Link: link, IP: addr("10.0.0.100")}, done); err != nil {
+		t.Fatal(err)
+	}
+	r = <-results
+	wantCode(t, r.err, store.CodeNak)
+	select {
+	case r := <-results:
+		t.Fatalf("a callback came twice: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := s.DHCPAckAsync(bg, store.LeaseRequest{MAC: "not a mac", Link: link, IP: addr("10.0.0.101")}, done); err == nil {
+		t.Fatal("a bad MAC was queued")
+	}
+}

@@ -180,6 +180,18 @@ type op struct {
 	fn    func(*Tx) error
 	done  chan error
 	delay time.Duration // how long it may wait for others to share its commit
+	// then, when set, is called with the outcome instead of sending it on
+	// done, on the committer's goroutine (see updateAsync).
+	then func(error)
+}
+
+// answer reports the operation's outcome to whoever waits for it.
+func (o *op) answer(err error) {
+	if o.then != nil {
+		o.then(err)
+		return
+	}
+	o.done <- err
 }
 
 // Open opens (creating if needed) the database at path and brings its schema
@@ -452,6 +464,33 @@ func (s *Store) updateLazy(ctx context.Context, delay time.Duration, fn func(*Tx
 	}
 }
 
+// updateAsync is updateLazy without the wait: fn is queued and then is
+// called with its outcome once that is durable (or fn refused), on the
+// committer's goroutine, so then must be quick and must not block (a DHCP
+// server sends its reply there, saving a goroutine hand-off per lease). It
+// returns an error, and then is never called, when fn could not be queued.
+// An operation queued as the store closes may never run; its then is not
+// called either.
+func (s *Store) updateAsync(ctx context.Context, delay time.Duration, fn func(*Tx) error, then func(error)) error {
+	if s.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	o := &op{ctx: ctx, fn: fn, delay: delay, then: then}
+	select {
+	case <-s.stop:
+		return ErrClosed
+	default:
+	}
+	select {
+	case s.ops <- o:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stop:
+		return ErrClosed
+	}
+}
+
 func (s *Store) commitLoop() {
 	defer close(s.stopped)
 	batch := make([]*op, 0, s.opts.MaxBatch)
@@ -559,7 +598,7 @@ func (s *Store) commit(batch []*op) {
 	if errors.Is(err, errNothingWritten) {
 		runAll(after)
 		for i, o := range batch {
-			o.done <- results[i]
+			o.answer(results[i])
 		}
 		return
 	}
@@ -582,13 +621,13 @@ func (s *Store) commit(batch []*op) {
 		if err != nil && results[i] == nil {
 			results[i] = fmt.Errorf("commit: %w", err)
 		}
-		o.done <- results[i]
+		o.answer(results[i])
 	}
 }
 
 func (s *Store) commit1(o *op) {
 	if err := o.ctx.Err(); err != nil {
-		o.done <- err
+		o.answer(err)
 		return
 	}
 	var result error
@@ -605,7 +644,7 @@ func (s *Store) commit1(o *op) {
 		s.ipam.refreshSubnets(s.db)
 		runAll(t.after)
 	}
-	o.done <- result
+	o.answer(result)
 }
 
 func runAll(fns []func()) {

@@ -118,16 +118,8 @@ func (h *Handler) resume(ctx context.Context, req *dhcpv4.DHCPv4, in Interface, 
 // wait (an offer that needs no probe, an INFORM) and returns errWouldBlock
 // for the rest, so that a socket's reader can answer those itself.
 func (h *Handler) serve(ctx context.Context, req *dhcpv4.DHCPv4, in Interface, mayBlock bool) (*dhcpv4.DHCPv4, error) {
-	if !in.Addr.Is4() {
-		return nil, fmt.Errorf("dhcp: interface %q has no IPv4 address", in.Name)
-	}
-	if req.OpCode != dhcpv4.OpcodeBootRequest {
-		return nil, fmt.Errorf("%w: op %v", ErrMalformed, req.OpCode)
-	}
-	// Leases are keyed by MAC, so only Ethernet is served (InfiniBand
-	// clients, RFC 4390, carry no chaddr).
-	if req.HWType != iana.HWTypeEthernet || len(req.ClientHWAddr) != 6 {
-		return nil, fmt.Errorf("%w: hardware type %v, length %d", ErrMalformed, req.HWType, len(req.ClientHWAddr))
+	if err := check(req, in); err != nil {
+		return nil, err
 	}
 	mt := req.MessageType()
 	if !mayBlock && mt != dhcpv4.MessageTypeDiscover && mt != dhcpv4.MessageTypeInform {
@@ -147,6 +139,38 @@ func (h *Handler) serve(ctx context.Context, req *dhcpv4.DHCPv4, in Interface, m
 	default:
 		return nil, fmt.Errorf("%w: message type %v", ErrMalformed, mt)
 	}
+}
+
+// check refuses what no message type is served for.
+func check(req *dhcpv4.DHCPv4, in Interface) error {
+	if !in.Addr.Is4() {
+		return fmt.Errorf("dhcp: interface %q has no IPv4 address", in.Name)
+	}
+	if req.OpCode != dhcpv4.OpcodeBootRequest {
+		return fmt.Errorf("%w: op %v", ErrMalformed, req.OpCode)
+	}
+	// Leases are keyed by MAC, so only Ethernet is served (InfiniBand
+	// clients, RFC 4390, carry no chaddr).
+	if req.HWType != iana.HWTypeEthernet || len(req.ClientHWAddr) != 6 {
+		return fmt.Errorf("%w: hardware type %v, length %d", ErrMalformed, req.HWType, len(req.ClientHWAddr))
+	}
+	return nil
+}
+
+// requestAsync is request for Leases that bind asynchronously: finish gets
+// the reply, or why there is none, once the lease is durable. When it
+// returns an error, finish is not called.
+func (h *Handler) requestAsync(ctx context.Context, req *dhcpv4.DHCPv4, in Interface, a AsyncAcker, finish func(*dhcpv4.DHCPv4, error)) error {
+	if err := check(req, in); err != nil {
+		return err
+	}
+	r, client, err := h.requestOf(req, in)
+	if err != nil {
+		return err
+	}
+	return a.AckAsync(ctx, r, func(lease Lease, err error) {
+		finish(h.acked(req, in, client, r, lease, err))
+	})
 }
 
 // discover answers DHCPDISCOVER with DHCPOFFER (RFC 2131 section 4.3.1).
@@ -217,6 +241,16 @@ func (h *Handler) discover(ctx context.Context, req *dhcpv4.DHCPv4, in Interface
 //   - INIT-REBOOT: requested IP, no server identifier, ciaddr 0.
 //   - RENEWING (unicast) and REBINDING (broadcast): ciaddr, neither option.
 func (h *Handler) request(ctx context.Context, req *dhcpv4.DHCPv4, in Interface) (*dhcpv4.DHCPv4, error) {
+	r, client, err := h.requestOf(req, in)
+	if err != nil {
+		return nil, err
+	}
+	lease, err := h.leases.Ack(ctx, r)
+	return h.acked(req, in, client, r, lease, err)
+}
+
+// requestOf reads what a DHCPREQUEST asks for.
+func (h *Handler) requestOf(req *dhcpv4.DHCPv4, in Interface) (Request, netboot.Client, error) {
 	r, client := h.newRequest(req, in)
 	sid := req.ServerIdentifier()
 	requested := addr4(req.RequestedIPAddress())
@@ -224,10 +258,10 @@ func (h *Handler) request(ctx context.Context, req *dhcpv4.DHCPv4, in Interface)
 	switch {
 	case sid != nil:
 		if addr4(sid) != in.Addr {
-			return nil, fmt.Errorf("%w: %v", ErrOtherServer, sid)
+			return r, client, fmt.Errorf("%w: %v", ErrOtherServer, sid)
 		}
 		if !set(requested) {
-			return nil, fmt.Errorf("%w: SELECTING request without requested address", ErrMalformed)
+			return r, client, fmt.Errorf("%w: SELECTING request without requested address", ErrMalformed)
 		}
 		r.IP = requested
 	case set(ciaddr):
@@ -235,9 +269,13 @@ func (h *Handler) request(ctx context.Context, req *dhcpv4.DHCPv4, in Interface)
 	case set(requested):
 		r.IP = requested
 	default:
-		return nil, fmt.Errorf("%w: request names no address", ErrMalformed)
+		return r, client, fmt.Errorf("%w: request names no address", ErrMalformed)
 	}
-	lease, err := h.leases.Ack(ctx, r)
+	return r, client, nil
+}
+
+// acked builds the answer to a DHCPREQUEST from what Leases said.
+func (h *Handler) acked(req *dhcpv4.DHCPv4, in Interface, client netboot.Client, r Request, lease Lease, err error) (*dhcpv4.DHCPv4, error) {
 	var nak *NakError
 	if errors.As(err, &nak) {
 		return h.nak(req, in, nak.Reason), nil

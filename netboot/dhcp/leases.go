@@ -33,6 +33,17 @@ type Leases interface {
 	Subnet(ctx context.Context, link netip.Addr) (Lease, error)
 }
 
+// AsyncAcker is implemented by Leases that can bind an address without the
+// caller waiting for the durable commit: the server then answers a
+// DHCPREQUEST from the commit's completion instead of parking a worker on
+// it. done is called once, from another goroutine, when the lease is durable
+// or refused (a *NakError as for Ack); it must be quick and must not block.
+// An error from AckAsync means the request was not taken and done will not
+// be called.
+type AsyncAcker interface {
+	AckAsync(ctx context.Context, req Request, done func(Lease, error)) error
+}
+
 // Request is one client's ask.
 type Request struct {
 	MAC net.HardwareAddr

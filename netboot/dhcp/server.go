@@ -91,6 +91,10 @@ type Server struct {
 	m       *metrics
 	jobs    chan job
 	started atomic.Bool
+	// async is the Leases when it binds asynchronously (nil otherwise), and
+	// pending bounds the requests waiting on it.
+	async   AsyncAcker
+	pending chan struct{}
 }
 
 type job struct {
@@ -130,6 +134,8 @@ func New(cfg Config, leases Leases, prober Prober, boot netboot.BootConfig, log 
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: log, jobs: make(chan job, cfg.QueueSize)}
+	s.async, _ = leases.(AsyncAcker)
+	s.pending = make(chan struct{}, cfg.Workers+cfg.QueueSize)
 	m, err := newMetrics(reg, func() float64 { return float64(len(s.jobs)) })
 	if err != nil {
 		return nil, fmt.Errorf("dhcp: metrics: %w", err)
@@ -260,6 +266,26 @@ func (s *Server) read(ctx context.Context, c Conn) error {
 		}
 		j := job{req: req, typ: typeLabel(req.MessageType()), conn: c, at: at}
 		s.m.received.WithLabelValues(j.typ).Inc()
+		if s.async != nil && req.MessageType() == dhcpv4.MessageTypeRequest {
+			// Answered from the durable commit's completion: no worker
+			// waits for it. As many may be pending as workers and queue
+			// could hold; beyond that they are dropped, and counted.
+			select {
+			case s.pending <- struct{}{}:
+			default:
+				s.m.drop(reasonQueueFull)
+				continue
+			}
+			err := s.h.requestAsync(ctx, req, c.In, s.async, func(reply *dhcpv4.DHCPv4, err error) {
+				<-s.pending
+				s.finish(ctx, j, reply, err)
+			})
+			if err != nil {
+				<-s.pending
+				s.finish(ctx, j, nil, err)
+			}
+			continue
+		}
 		reply, err := s.h.serve(ctx, req, c.In, false)
 		if !errors.Is(err, errWouldBlock) {
 			s.finish(ctx, j, reply, err)
