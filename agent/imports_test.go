@@ -341,3 +341,76 @@ func TestBootloaderImage(t *testing.T) {
 		t.Errorf("arm64 bootloader after amd64 delete: %d %q", code, body)
 	}
 }
+
+// At most maxRunningImports run at once; a foreground import whose client
+// goes away is cancelled and rolled back.
+func TestImportLimitAndClientGone(t *testing.T) {
+	ta := startAgent(t)
+	initrd := []byte(strings.Repeat("I", 100000))
+	dir := imageDir(t, "enlist", "amd64", "enlist", "", map[string][]byte{"initrd.img": initrd},
+		map[string]string{"initrd.img": "initrd"}, "")
+	fs := http.FileServer(http.Dir(dir))
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/initrd.img" {
+			fs.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(initrd)))
+		w.WriteHeader(200)
+		w.Write(initrd[:10])
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	defer srv.CloseClientConnections()
+	defer close(release)
+
+	var ids []string
+	for i := 0; i < maxRunningImports; i++ {
+		var j api.ImportJob
+		if code, raw := ta.call(t, ta.admin, "POST", "/api/v1/images/import", api.ImportImage{URL: srv.URL, Background: true}, &j); code != 202 {
+			t.Fatalf("import %d: %d %s", i, code, raw)
+		}
+		ids = append(ids, j.ID)
+	}
+	code, raw := ta.call(t, ta.admin, "POST", "/api/v1/images/import", api.ImportImage{URL: srv.URL, Background: true}, nil)
+	if e := wantError(t, code, raw, 429, api.CodeUnavailable); !strings.Contains(e.Error, "running already") {
+		t.Fatalf("fifth import: %q", e.Error)
+	}
+	for _, id := range ids {
+		if code, raw := ta.call(t, ta.admin, "POST", "/api/v1/images/imports/"+id+"/cancel", nil, nil); code != 200 {
+			t.Fatalf("cancel %s: %d %s", id, code, raw)
+		}
+	}
+
+	// A foreground import whose client gives up.
+	body, _ := json.Marshal(api.ImportImage{URL: srv.URL})
+	req, _ := http.NewRequest("POST", ta.url+"/api/v1/images/import", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+ta.admin)
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 500 * time.Millisecond}
+	if resp, err := client.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("foreground import answered %d while its download hangs", resp.StatusCode)
+	}
+	// The job ends cancelled (bounded wait), and nothing is left.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var jobs []api.ImportJob
+		ta.call(t, ta.admin, "GET", "/api/v1/images/imports", nil, &jobs)
+		last := jobs[len(jobs)-1]
+		if last.State == api.ImportCancelled && strings.Contains(last.Error, "client went away") {
+			break
+		}
+		if last.State != api.ImportRunning || time.Now().After(deadline) {
+			t.Fatalf("foreground job after its client left: %+v", last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	storeEmpty(t, ta)
+}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -273,4 +275,38 @@ func TestImportCheck(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(sdir, "sha256")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A manifest path, however odd, resolves to a URL on the manifest's server
+// inside the manifest's directory, and the server receives the name as
+// written: '?', '#', '%' and spaces are escaped, never interpreted.
+func FuzzFileURL(f *testing.F) {
+	f.Add("https://h/img/", "boot/vmlinuz")
+	f.Add("http://h:8080/a/b/rackd-image.json", "a b#c?.img")
+	f.Add("http://h/", "%2e%2e/x")
+	f.Add("http://h/a/../b", "x;y=1")
+	f.Add("http://[::1]:80/x/", "//y")
+	f.Fuzz(func(t *testing.T, base, p string) {
+		if checkPath(p) != nil {
+			return
+		}
+		src, err := OpenURL(base, URLOptions{})
+		if err != nil {
+			return
+		}
+		u := src.(*urlSource)
+		got := u.fileURL(p)
+		if got.Scheme != u.manifest.Scheme || got.Host != u.manifest.Host || got.User.String() != u.manifest.User.String() {
+			t.Fatalf("%q against %q left the server: %s", p, u.manifest, got)
+		}
+		want := path.Join(path.Dir(path.Clean("/"+u.manifest.Path)), p)
+		back, err := url.Parse(got.String())
+		if err != nil {
+			t.Fatalf("%q: %s does not parse: %v", p, got, err)
+		}
+		if back.Path != want || back.RawQuery != "" || back.Fragment != "" {
+			t.Fatalf("%q against %q: the server would see path %q query %q fragment %q, want path %q",
+				p, u.manifest, back.Path, back.RawQuery, back.Fragment, want)
+		}
+	})
 }

@@ -2,7 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,4 +77,86 @@ func TestIsTerminal(t *testing.T) {
 	if isTerminal(&bytes.Buffer{}) {
 		t.Error("a bytes.Buffer is a terminal")
 	}
+}
+
+// Ctrl-C while following an import cancels it on the server, with a fresh
+// context since the command's own is gone.
+func TestFollowImportCancel(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	cancelled := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch r.Method + " " + r.URL.Path {
+		case "POST /api/v1/images/import":
+			w.WriteHeader(202)
+			io.WriteString(w, `{"id":"i-4","state":"running","bytes_done":0,"bytes_total":100,"files":1}`)
+		case "GET /api/v1/images/imports/i-4":
+			io.WriteString(w, `{"id":"i-4","state":"running","bytes_done":40,"bytes_total":100,"files":1,"file":"root.tgz"}`)
+		case "POST /api/v1/images/imports/i-4/cancel":
+			close(cancelled)
+			io.WriteString(w, `{"id":"i-4","state":"cancelled","bytes_done":40,"bytes_total":100,"files":1,"error":"cancelled by admin"}`)
+		default:
+			w.WriteHeader(404)
+			io.WriteString(w, `{"error":"no","code":"not_found"}`)
+		}
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout bytes.Buffer
+	stderr := &lockedBuffer{}
+	e := &env{ctx: ctx, stdout: &stdout, stderr: stderr, g: globals{url: srv.URL, token: "tok"}}
+	done := make(chan error, 1)
+	go func() { done <- followImport(e, api.ImportImage{URL: "http://h/img/"}) }()
+	// Cancel once the command has seen the job running at 40%.
+	deadline := time.After(10 * time.Second)
+	for !strings.Contains(stderr.String(), "40%") {
+		select {
+		case <-deadline:
+			t.Fatalf("no progress shown: %q", stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("followImport did not return after cancel")
+	}
+	select {
+	case <-cancelled:
+	default:
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the import was not cancelled on the server; calls %v", calls)
+	}
+	if err == nil || !strings.Contains(err.Error(), "import i-4 cancelled") {
+		t.Fatalf("err = %v", err)
+	}
+	if !strings.Contains(stderr.String(), "import i-4: cancelled 40%") {
+		t.Fatalf("stderr lacks the final state: %q", stderr.String())
+	}
+}
+
+// lockedBuffer is a buffer one goroutine writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
