@@ -90,8 +90,8 @@ type refusal struct {
 
 // Stats counts sessions, for tests and debugging.
 type Stats struct {
-	Opened     int // sessions established
-	Closed     int // sessions ended (CloseSession sent or the BMC gone)
+	Opened     int // session setups started, each on its own socket
+	Closed     int // of those, ended (CloseSession sent, socket closed)
 	Reconnects int // commands retried on a new session after a lost one
 }
 
@@ -109,6 +109,7 @@ type bmc struct {
 	cipher   int
 	opened   time.Time
 	lastUsed time.Time
+	dead     bool // dropped from the driver's map
 }
 
 var _ power.Driver = (*Driver)(nil)
@@ -216,6 +217,17 @@ func (d *Driver) janitor() {
 			}
 			if b.c != nil && time.Since(b.opened) > d.opts.SessionMaxAge-d.opts.SessionMaxAge/4 {
 				d.closeSession(b, false)
+			}
+			if b.c == nil && time.Since(b.lastUsed) > 5*d.opts.SessionMaxAge {
+				// Forget BMCs nobody asked about for a while.
+				d.mu.Lock()
+				for k, v := range d.clients {
+					if v == b {
+						delete(d.clients, k)
+					}
+				}
+				d.mu.Unlock()
+				b.dead = true
 			}
 			b.release()
 		}
@@ -342,49 +354,69 @@ func (d *Driver) do(ctx context.Context, t power.Target, what string, fn func(co
 		return fmt.Errorf("ipmi %s (user %s): %s: %w", t.Address, t.Username, what, ctx.Err())
 	}
 	err = classify(redact(err, t.Password))
-	if errors.Is(err, power.ErrAuth) {
-		if b, gerr := d.get(t); gerr == nil {
-			d.mu.Lock()
-			d.refused[refusal{clientKey{net.JoinHostPort(b.host, strconv.Itoa(b.port)), t.Username}, sha256.Sum256([]byte(t.Password))}] = time.Now()
-			d.mu.Unlock()
-		}
-	}
 	return fmt.Errorf("ipmi %s (user %s): %s: %w", t.Address, t.Username, what, err)
 }
 
-func (d *Driver) do1(ctx context.Context, t power.Target, fn func(context.Context, *client.Client) error) error {
-	b, err := d.get(t)
-	if err != nil {
-		return err
-	}
-	d.mu.Lock()
-	at, ok := d.refused[refusal{clientKey{net.JoinHostPort(b.host, strconv.Itoa(b.port)), t.Username}, sha256.Sum256([]byte(t.Password))}]
-	d.mu.Unlock()
-	if ok && time.Since(at) < d.opts.AuthRetryAfter {
-		return fmt.Errorf("%w (refused %v ago; not asking again for %v, each refused login holds a BMC session slot)",
-			power.ErrAuth, time.Since(at).Round(time.Millisecond), d.opts.AuthRetryAfter)
-	}
+func (d *Driver) do1(parent context.Context, t power.Target, fn func(context.Context, *client.Client) error) error {
 	// The budget covers waiting for our turn on a BMC shared with other
 	// machines too: a hung BMC must not stack up its callers.
-	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
+	ctx, cancel := context.WithTimeout(parent, d.opts.Timeout)
 	defer cancel()
-	if err := b.acquire(ctx); err != nil {
+	for range 3 {
+		b, err := d.get(t)
+		if err != nil {
+			return err
+		}
+		if err := b.acquire(ctx); err != nil {
+			return err
+		}
+		if b.dead {
+			// The janitor dropped b from the map after we looked it up:
+			// a session opened on b would be seen by neither it nor
+			// Close. Look again.
+			b.release()
+			continue
+		}
+		err = d.run(ctx, parent, b, t, fn)
+		b.release()
 		return err
 	}
-	defer b.release()
+	return errors.New("ipmi driver: BMC entry kept vanishing")
+}
+
+// run is do1 with b's turn held.
+func (d *Driver) run(ctx, parent context.Context, b *bmc, t power.Target, fn func(context.Context, *client.Client) error) error {
+	ref := refusal{clientKey{net.JoinHostPort(b.host, strconv.Itoa(b.port)), t.Username}, sha256.Sum256([]byte(t.Password))}
+	d.mu.Lock()
+	at, ok := d.refused[ref]
+	d.mu.Unlock()
+	if ok && time.Since(at) < d.opts.AuthRetryAfter {
+		return fmt.Errorf("%w: the BMC refused this user name and password %v ago; not asking again for %v (each refused login holds a BMC session slot)",
+			power.ErrAuth, time.Since(at).Round(time.Millisecond), d.opts.AuthRetryAfter)
+	}
+	b.lastUsed = time.Now()
+	connect := func() error {
+		err := d.connect(ctx, b, t)
+		if err != nil && parent.Err() == nil && isAuth(err) {
+			d.mu.Lock()
+			d.refused[ref] = time.Now()
+			d.mu.Unlock()
+		}
+		return err
+	}
 
 	if b.c != nil && (b.password != t.Password || b.cipher != cipherOf(t) || time.Since(b.opened) > d.opts.SessionMaxAge) {
 		d.closeSession(b, false)
 	}
 	fresh := false
 	if b.c == nil {
-		if err := d.connect(ctx, b, t); err != nil {
+		if err := connect(); err != nil {
 			return err
 		}
 		fresh = true
 	}
 	for {
-		err = fn(ctx, b.c)
+		err := fn(ctx, b.c)
 		if err == nil {
 			return nil
 		}
@@ -399,7 +431,7 @@ func (d *Driver) do1(ctx context.Context, t power.Target, fn func(context.Contex
 		}
 		d.log.Info("ipmi session lost, reconnecting", "bmc", b.host, "port", b.port, "user", b.user, "err", redact(err, t.Password))
 		d.count(func(s *Stats) { s.Reconnects++ })
-		if err := d.connect(ctx, b, t); err != nil {
+		if err := connect(); err != nil {
 			return err
 		}
 		fresh = true

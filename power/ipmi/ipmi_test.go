@@ -208,6 +208,39 @@ func TestWrongPassword(t *testing.T) {
 	}
 }
 
+// A refused login is not repeated for AuthRetryAfter, and asking during
+// that time does not prolong it.
+func TestRefusalExpires(t *testing.T) {
+	needSim(t)
+	sim := ipmisim.Start(t, ipmisim.Options{})
+	d := newDriver(t, Options{AuthRetryAfter: 500 * time.Millisecond})
+	ctx := testCtx(t)
+	bad := target(sim)
+	bad.Password = "nope"
+	_, err := d.Status(ctx, bad)
+	if !errors.Is(err, power.ErrAuth) || strings.Contains(err.Error(), "not asking again") {
+		t.Fatalf("first refusal: %v", err)
+	}
+	opened := d.Stats().Opened
+	start := time.Now()
+	for time.Since(start) < 400*time.Millisecond {
+		if _, err := d.Status(ctx, bad); !errors.Is(err, power.ErrAuth) || !strings.Contains(err.Error(), "not asking again") {
+			t.Fatalf("within AuthRetryAfter: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d.Stats().Opened != opened {
+		t.Fatalf("the BMC was asked again within AuthRetryAfter: %+v", d.Stats())
+	}
+	time.Sleep(time.Until(start.Add(600 * time.Millisecond)))
+	if _, err := d.Status(ctx, bad); !errors.Is(err, power.ErrAuth) || strings.Contains(err.Error(), "not asking again") {
+		t.Fatalf("after AuthRetryAfter the BMC must be asked again: %v", err)
+	}
+	if d.Stats().Opened != opened+1 {
+		t.Fatalf("stats %+v: want one more login", d.Stats())
+	}
+}
+
 // A hung BMC (SIGSTOP) gives ErrTimeout within the driver's timeout, and
 // other BMCs keep answering meanwhile, including one that shares nothing but
 // the driver.
@@ -215,7 +248,7 @@ func TestHungBMC(t *testing.T) {
 	needSim(t)
 	hung := ipmisim.Start(t, ipmisim.Options{})
 	ok := ipmisim.Start(t, ipmisim.Options{})
-	const timeout = 1500 * time.Millisecond
+	const timeout = DefaultTimeout
 	d := newDriver(t, Options{Timeout: timeout})
 	ctx := testCtx(t)
 	// Open sessions to both first: the hung one must fail on a reused
@@ -259,7 +292,7 @@ func TestHungBMC(t *testing.T) {
 			t.Fatalf("hung BMC: %v, want ErrTimeout", err)
 		}
 		// The bound is the driver's timeout; slack for a loaded CI box.
-		if took > timeout+time.Second {
+		if took > timeout+2*time.Second {
 			t.Errorf("hung BMC answered after %v, timeout %v", took, timeout)
 		}
 	}
@@ -316,7 +349,9 @@ func TestSharedBMCNoLeak(t *testing.T) {
 	needSim(t)
 	sim := ipmisim.Start(t, ipmisim.Options{})
 	other := ipmisim.Start(t, ipmisim.Options{})
-	d := New(Options{Logger: slog.New(slog.DiscardHandler)})
+	// No retirement by age and a generous timeout: on a loaded CI box the
+	// only reason for a second session would then be a bug.
+	d := New(Options{Logger: slog.New(slog.DiscardHandler), SessionMaxAge: time.Hour, Timeout: 20 * time.Second})
 	ctx := testCtx(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
@@ -402,6 +437,23 @@ func TestSessionMaxAge(t *testing.T) {
 	}
 	if st := d.Stats(); st.Opened != 2 {
 		t.Fatalf("stats %+v: want a second session", st)
+	}
+	// A BMC nobody asks about is forgotten (5 x SessionMaxAge idle)...
+	for i := 0; ; i++ {
+		d.mu.Lock()
+		n := len(d.clients)
+		d.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("idle BMC never forgotten: %d entries", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// ...and works again when asked.
+	if _, err := d.Status(ctx, target(sim)); err != nil {
+		t.Fatal(err)
 	}
 }
 
