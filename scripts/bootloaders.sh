@@ -43,6 +43,10 @@ if [ -z "$cache" ]; then
 fi
 mkdir -p "$cache" "$dest"
 cache=$(cd "$cache" && pwd)
+# One run at a time per cache: two apt-get downloads into one directory
+# would trip over each other's partial files.
+exec 9>"$cache/.lock"
+flock -w 600 9 || { echo "bootloaders: $cache is locked by another run" >&2; exit 1; }
 
 # apt_private ARCH ARGS...: apt-get with its own lists and archives under
 # the cache, for ARCH only, reading the system's sources and keyrings.
