@@ -151,7 +151,14 @@ func TestSimMachineAndHooks(t *testing.T) {
 		t.Fatalf("no machine pid: %v", err)
 	}
 	pid := strings.TrimSpace(string(pidb))
-	cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+	// setsid execs the machine in place (same PID); it may not have yet.
+	var cmdline []byte
+	for range 50 {
+		if cmdline, _ = os.ReadFile("/proc/" + pid + "/cmdline"); strings.HasPrefix(string(cmdline), "sleep\x00300") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if !strings.HasPrefix(string(cmdline), "sleep\x00300") {
 		t.Fatalf("machine pid %s runs %q", pid, cmdline)
 	}
