@@ -56,6 +56,7 @@ type Agent struct {
 	power        *queue.Queue
 	powerDrivers map[string]power.Driver
 	fakePower    *powertest.Fake
+	powerClose   []func() error
 	// prober checks addresses before they are first handed out; nil when no
 	// DHCP interface is configured.
 	prober   Prober
@@ -272,6 +273,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	a.log.Info("rackd serving", "url", "http://"+ln.Addr().String(), "version", Version,
 		"state_dir", a.cfg.StateDir, "admin_token", a.AdminTokenPath())
 	err := g.Wait()
+	a.closePower()
 	if a.arp != nil {
 		a.arp.Close()
 	}
@@ -287,6 +289,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 
 // Close releases the store (and probers) of an agent that never served.
 func (a *Agent) Close() error {
+	a.closePower()
 	a.imports.stop()
 	if a.arp != nil {
 		a.arp.Close()

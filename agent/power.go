@@ -31,6 +31,7 @@ func (a *Agent) newPower(cfg Config) error {
 		}
 		fake.SetLatency(time.Duration(f.Latency))
 		a.fakePower = fake
+		a.powerClose = append(a.powerClose, fake.Close)
 		a.powerDrivers["fake"] = fake
 		a.log.Warn("power: the fake driver is enabled: machines with driver \"fake\" have simulated BMCs")
 	}

@@ -1,5 +1,28 @@
 package agent
 
-// addDrivers registers the drivers for real machines by the names machines
-// use in their power parameters.
-func (a *Agent) addDrivers() error { return nil }
+import (
+	"rackd/power/ipmi"
+	"rackd/power/manual"
+)
+
+// addDrivers registers the drivers for real machines under the names
+// machines give in their power parameters: "ipmi" (IPMI over LAN, one
+// session per BMC) and "manual" (an operator presses the button).
+func (a *Agent) addDrivers() error {
+	d := ipmi.New(ipmi.Options{Logger: a.log})
+	a.powerDrivers["ipmi"] = d
+	a.powerDrivers["manual"] = manual.New(a.log.With("driver", "manual"), 0)
+	a.powerClose = append(a.powerClose, d.Close)
+	return nil
+}
+
+// closePower ends what the drivers hold (BMC sessions, the fake's log) once
+// the queue has stopped.
+func (a *Agent) closePower() {
+	for _, fn := range a.powerClose {
+		if err := fn(); err != nil {
+			a.log.Warn("power: close driver", "err", err)
+		}
+	}
+	a.powerClose = nil
+}

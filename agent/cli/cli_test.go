@@ -474,7 +474,7 @@ func TestUsage(t *testing.T) {
 		"unknown command":    {args: []string{"bogus"}, code: 2, errContains: []string{`rackd: unknown command "bogus"`, "Usage: rackd COMMAND"}},
 		"unknown global":     {args: []string{"--bogus", "machines", "list"}, code: 2, errContains: []string{"flag provided but not defined: -bogus"}},
 		"unknown sub-verb":   {args: []string{"machines", "bogus"}, code: 2, errContains: []string{`rackd machines: unknown command "bogus"`}},
-		"power not offered":  {args: []string{"power", "on", "web1"}, code: 2, errContains: []string{`unknown command "power"`}},
+		"unknown power verb": {args: []string{"power", "reboot", "web1"}, code: 2, errContains: []string{`rackd power: unknown command "reboot"`}},
 		"missing ID":         {args: []string{"machines", "show"}, code: 2, errContains: []string{"rackd machines show: missing ID\n", "Usage: rackd machines show ID"}},
 		"extra argument":     {args: []string{"machines", "show", "a", "b"}, code: 2, errContains: []string{`rackd machines show: unexpected argument "b"`}},
 		"empty ID":           {args: []string{"release", ""}, code: 2, errContains: []string{"rackd release: empty ID"}},

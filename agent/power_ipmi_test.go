@@ -1,0 +1,146 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"rackd/agent/api"
+	"rackd/internal/ipmisim"
+)
+
+// TestPowerRealBMC drives real BMCs (ipmi_sim) through rackd's API and the
+// ipmi driver, and cross-checks with ipmitool and the simulators' own state:
+// on, off, cycle, query; next boot PXE for commissioning; a wrong password
+// fails with a clear error; a hung BMC (SIGSTOP) fails with a timeout while
+// the other machines keep working.
+func TestPowerRealBMC(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the test peers (ipmi_sim, ipmitool from scripts/test-deps.sh); run as root or via make test")
+	}
+	simA := ipmisim.Start(t, ipmisim.Options{})
+	simB := ipmisim.Start(t, ipmisim.Options{})
+	simC := ipmisim.Start(t, ipmisim.Options{})
+	t.Cleanup(func() { simC.Resume() })
+	ta := startAgent(t, func(c *Config) {
+		c.Power.VerifyInterval = Duration(200 * time.Millisecond)
+		c.Power.VerifyDeadline = Duration(15 * time.Second)
+		c.Power.CommandTimeout = Duration(5 * time.Second)
+		c.Power.Retries = 1
+		c.Power.Backoff = Duration(100 * time.Millisecond)
+		c.Power.MinInterval = 0
+	})
+	add := func(name, mac, state string, sim *ipmisim.Sim, password string) {
+		ta.addMachine(t, api.CreateMachine{Hostname: name, MACs: []string{mac}, State: state,
+			Power: &api.PowerParams{Driver: "ipmi", Address: sim.Addr, Username: sim.User, Password: password}})
+	}
+	add("a", "52:54:00:00:01:01", "READY", simA, simA.Password)
+	add("b", "52:54:00:00:01:02", "NEW", simB, simB.Password)
+	add("c", "52:54:00:00:01:03", "READY", simC, simC.Password)
+	add("bad", "52:54:00:00:01:04", "READY", simA, "wrong-"+simA.Password)
+
+	request := func(machine, action string) string {
+		t.Helper()
+		var r api.PowerRequest
+		if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/"+machine+"/power", api.PowerAction{Action: action}, &r); status != http.StatusAccepted {
+			t.Fatalf("%s %s: %d %s", machine, action, status, raw)
+		}
+		return r.ID
+	}
+	ipmitoolStatus := func(sim *ipmisim.Sim) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		out, err := sim.Ipmitool(ctx, "chassis", "power", "status")
+		if err != nil {
+			t.Fatalf("ipmitool: %v: %s", err, out)
+		}
+		return out
+	}
+	for _, tc := range []struct{ action, want string }{{"on", "on"}, {"off", "off"}, {"on", "on"}, {"cycle", "on"}, {"query", "on"}} {
+		r := waitPowerLong(t, ta, request("a", tc.action))
+		if r.State != "done" {
+			t.Fatalf("%s: %+v", tc.action, r)
+		}
+		if on, err := simA.Power(); err != nil || on != (tc.want == "on") {
+			t.Errorf("after %s the simulator's power bit is %v (%v)", tc.action, on, err)
+		}
+		if out := ipmitoolStatus(simA); !strings.Contains(out, "is "+tc.want) {
+			t.Errorf("after %s ipmitool says %q", tc.action, out)
+		}
+		var mp api.MachinePower
+		ta.call(t, ta.admin, "GET", "/api/v1/machines/a/power", nil, &mp)
+		if mp.Observed != tc.want {
+			t.Errorf("after %s rackd observed %q", tc.action, mp.Observed)
+		}
+	}
+
+	// Commissioning powers the machine on to boot from the network.
+	var m api.Machine
+	if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/b/commission", nil, &m); status != 200 {
+		t.Fatalf("commission: %d %s", status, raw)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		on, _ := simB.Power()
+		boot, _ := simB.BootDevice()
+		if on && boot == "pxe" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("commissioning: power %v, boot device %q after 30s", on, boot)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// A wrong password fails, says why, and does not repeat the password.
+	r := waitPowerLong(t, ta, request("bad", "on"))
+	if r.State != "failed" || !strings.Contains(r.Error, "authentication") || strings.Contains(r.Error, simA.Password) {
+		t.Errorf("wrong password: %+v", r)
+	}
+
+	// A hung BMC fails with a timeout; the others go on meanwhile.
+	if err := simC.Hang(); err != nil {
+		t.Fatal(err)
+	}
+	hung := request("c", "on")
+	a := request("a", "off")
+	if r := waitPowerLong(t, ta, a); r.State != "done" {
+		t.Errorf("a beside a hung BMC: %+v", r)
+	}
+	var hr api.PowerRequest
+	ta.call(t, ta.admin, "GET", "/api/v1/power/requests/"+hung, nil, &hr)
+	if hr.State != "running" {
+		t.Errorf("the hung BMC's request is %s while a finished; want still running", hr.State)
+	}
+	if r := waitPowerLong(t, ta, hung); r.State != "failed" || !strings.Contains(r.Error, "timeout") {
+		t.Errorf("hung BMC: %+v", r)
+	}
+	var evs []api.Event
+	ta.call(t, ta.admin, "GET", "/api/v1/machines/c/events", nil, &evs)
+	if len(evs) == 0 || evs[len(evs)-1].Action != "power-failed" {
+		t.Errorf("no power-failed event on c: %+v", evs)
+	}
+}
+
+// waitPowerLong is waitPower with room for real BMC timeouts and retries.
+func waitPowerLong(t *testing.T, ta *testAgent, id string) api.PowerRequest {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var r api.PowerRequest
+		if status, raw := ta.call(t, ta.admin, "GET", "/api/v1/power/requests/"+id, nil, &r); status != http.StatusOK {
+			t.Fatalf("get %s: %d %s", id, status, raw)
+		}
+		switch r.State {
+		case "done", "failed", "superseded":
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("power request %s still %s after 60s", id, r.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
