@@ -87,6 +87,13 @@ bench-alloc:
 bench-dhcp: bench-deps
 	$(GO) run ./bench/dhcp $(BENCH_DHCP_FLAGS)
 
+## bench-metadata: whoami requests/s and p99 of bin/rackd with 10k known machines, under wrk (loopback)
+##   flags through BENCH_METADATA_FLAGS, e.g. make bench-metadata BENCH_METADATA_FLAGS='-reps 5'
+.PHONY: bench-metadata
+bench-metadata: build
+	@bash bench/metadata/deps.sh
+	$(GO) run ./bench/metadata -rackd bin/rackd $(BENCH_METADATA_FLAGS)
+
 ## bench-deps: install what bench-dhcp drives (perfdhcp, kea-dhcp4, dnsmasq, ip), only when missing
 bench-deps:
 	@bash bench/dhcp/deps.sh

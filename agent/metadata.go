@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -57,11 +58,11 @@ func actionFor(m store.MACOwner, known bool) enlist.WhoAmI {
 	if !known {
 		return enlist.WhoAmI{Action: enlist.ActionEnlist}
 	}
-	d := bootconf.Decide(bootconf.MachineInfo{ID: m.ID, State: string(m.State), Arch: m.Arch, Image: m.DeployImage},
-		true, bootconf.Environments{})
+	d := bootconf.Decide(bootconf.MachineInfo{ID: m.ID, State: string(m.State)}, true, bootconf.Environments{})
 	// Mode, not Boots(): a missing image makes the per-MAC config boot the
 	// local disk with a message, which a reboot reaches; powering off would
-	// strand a machine that rackd is waiting for.
+	// strand a machine that rackd is waiting for. The mode depends on the
+	// state alone, which is all the whoami lookup reads.
 	w := enlist.WhoAmI{Known: true, State: string(m.State), Action: enlist.ActionPowerOff}
 	if d.Mode != bootconf.ModeLocal {
 		w.Action = enlist.ActionReboot
@@ -105,7 +106,32 @@ func (a *Agent) whoami(w http.ResponseWriter, r *http.Request, _ store.Actor) {
 	}
 	ans := actionFor(m, known)
 	a.metrics.metadata.WithLabelValues("whoami", string(ans.Action)).Inc()
-	writeJSON(w, http.StatusOK, ans)
+	// Every machine of a rack that boots the enlistment environment asks:
+	// the few possible answers are encoded once.
+	body := whoamiBodies[ans]
+	if body == nil {
+		body = encodeWhoAmI(ans)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(body)
+}
+
+// whoamiBodies are the encoded answers of whoami, by answer.
+var whoamiBodies = func() map[enlist.WhoAmI][]byte {
+	out := map[enlist.WhoAmI][]byte{}
+	for _, st := range store.States {
+		ans := actionFor(store.MACOwner{State: st}, true)
+		out[ans] = encodeWhoAmI(ans)
+	}
+	ans := actionFor(store.MACOwner{}, false)
+	out[ans] = encodeWhoAmI(ans)
+	return out
+}()
+
+func encodeWhoAmI(ans enlist.WhoAmI) []byte {
+	b, _ := json.Marshal(ans) // three plain fields: cannot fail
+	return append(b, '\n')
 }
 
 // parseMACs canonicalises whoami's mac parameters; msg says what is wrong.
@@ -164,7 +190,7 @@ func (a *Agent) enlistMachine(w http.ResponseWriter, r *http.Request, _ store.Ac
 		return
 	}
 	m := res.Machine
-	ans := actionFor(store.MACOwner{ID: m.ID, State: m.State, Arch: m.Arch, DeployImage: m.DeployImage}, true)
+	ans := actionFor(store.MACOwner{ID: m.ID, State: m.State}, true)
 	if !res.Created {
 		outcome = "already_known"
 		a.log.Info("enlistment of a known machine", "machine", m.ID, "hostname", m.Hostname, "by", res.By,

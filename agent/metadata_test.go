@@ -116,7 +116,7 @@ func TestWhoAmI(t *testing.T) {
 // state: a state whose per-MAC config boots a network environment reboots.
 func TestActionFollowsBootDecision(t *testing.T) {
 	for _, st := range store.States {
-		got := actionFor(store.MACOwner{ID: "m-x", State: st, DeployImage: "img"}, true).Action
+		got := actionFor(store.MACOwner{ID: "m-x", State: st}, true).Action
 		want := enlist.ActionPowerOff
 		if st == store.StateCommissioning || st == store.StateDeploying {
 			want = enlist.ActionReboot

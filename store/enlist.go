@@ -190,18 +190,19 @@ func (t *Tx) indexUUID(old, uuid, id string) error {
 	return b.Put([]byte(uuid), []byte(id))
 }
 
-// MACOwner is the little whoami needs to know about a machine.
+// MACOwner is the little whoami needs to know about a machine: the boot
+// decision's mode depends on the state alone.
 type MACOwner struct {
-	ID          string `json:"id"`
-	State       State  `json:"state"`
-	Arch        string `json:"arch"`
-	DeployImage string `json:"deploy_image,omitempty"`
+	ID    string
+	State State
 }
 
 // MachineOfMACs returns the machine that owns the first of macs (canonical
 // form, see NormalizeMAC) that belongs to any machine. It is the whoami
-// lookup: one read transaction, one index lookup per MAC, and a decode of
-// only the fields it returns.
+// lookup, answered for every machine that boots the enlistment environment
+// and rate-limited only per source: one read transaction, one index lookup
+// per MAC, and a scan of the record only as far as its state (the third
+// member), not a decode of the whole machine.
 func (s *Store) MachineOfMACs(macs []string) (MACOwner, bool, error) {
 	var out MACOwner
 	found := false
@@ -216,15 +217,136 @@ func (s *Store) MachineOfMACs(macs []string) (MACOwner, bool, error) {
 			if data == nil {
 				return fmt.Errorf("MAC %s is indexed to machine %s, which does not exist", mac, id)
 			}
-			if err := json.Unmarshal(data, &out); err != nil {
+			out.ID, found = string(id), true
+			if st, ok := topLevelString(data, "state"); ok {
+				out.State = State(st)
+				return nil
+			}
+			var m struct {
+				State State `json:"state"`
+			}
+			if err := json.Unmarshal(data, &m); err != nil {
 				return fmt.Errorf("decode machine %s: %w", id, err)
 			}
-			found = true
+			out.State = m.State
 			return nil
 		}
 		return nil
 	})
 	return out, found, err
+}
+
+// topLevelString returns the value of the member key of the JSON object
+// data when it is a plain string (printable ASCII, no escapes), scanning
+// only as far as that member. ok is false when it cannot tell (key absent,
+// another type, escapes, malformed input): the caller then decodes the
+// record properly. It trusts data to be JSON that the store wrote.
+func topLevelString(data []byte, key string) (string, bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return "", false
+	}
+	i++
+	for {
+		i = skipSpace(data, i)
+		k, next, plain := scanString(data, i)
+		if next < 0 {
+			return "", false
+		}
+		i = skipSpace(data, next)
+		if i >= len(data) || data[i] != ':' {
+			return "", false
+		}
+		i = skipSpace(data, i+1)
+		if plain && k == key {
+			v, end, plain := scanString(data, i)
+			if end < 0 || !plain {
+				return "", false
+			}
+			return v, true
+		}
+		if i = skipValue(data, i); i < 0 {
+			return "", false
+		}
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] != ',' {
+			return "", false // '}': not there
+		}
+		i++
+	}
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanString reads the JSON string at data[i]; next is the index after it
+// (-1: not a string). plain reports printable ASCII without escapes, in
+// which case s is its value.
+func scanString(data []byte, i int) (s string, next int, plain bool) {
+	if i >= len(data) || data[i] != '"' {
+		return "", -1, false
+	}
+	plain = true
+	for j := i + 1; j < len(data); j++ {
+		switch c := data[j]; {
+		case c == '"':
+			if plain {
+				s = string(data[i+1 : j])
+			}
+			return s, j + 1, plain
+		case c == '\\':
+			plain = false
+			j++ // the escaped character, even a quote
+		case c < 0x20 || c >= 0x7f:
+			plain = false
+		}
+	}
+	return "", -1, false
+}
+
+// skipValue returns the index after the JSON value at data[i], or -1.
+func skipValue(data []byte, i int) int {
+	if i >= len(data) {
+		return -1
+	}
+	switch data[i] {
+	case '"':
+		_, next, _ := scanString(data, i)
+		return next
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(data); j++ {
+			switch data[j] {
+			case '"':
+				_, next, _ := scanString(data, j)
+				if next < 0 {
+					return -1
+				}
+				j = next - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	default: // number, true, false, null
+		j := i
+		for j < len(data) && data[j] != ',' && data[j] != '}' && data[j] != ']' && data[j] != ' ' &&
+			data[j] != '\t' && data[j] != '\n' && data[j] != '\r' {
+			j++
+		}
+		if j == i {
+			return -1
+		}
+		return j
+	}
 }
 
 // checkUUIDs verifies the system UUID index against the machines (Check).
