@@ -52,7 +52,8 @@ type event struct {
 // records, with their names.
 var timelineMarkers = [][2]string{
 	{"iPXE", "iPXE"},
-	{"GNU GRUB", "GRUB"},
+	{"PXE over IPv4", "firmware PXE"},
+	{"Welcome to GRUB", "GRUB"},
 	{"Linux version", "kernel"},
 	{"Welcome to u-root", "u-root"},
 	{"rackd-enlist: ", "enlist client"},

@@ -28,6 +28,7 @@ while read -r file pkg; do
 done <<'LIST'
 /usr/lib/ipxe/qemu/efi-virtio.rom ipxe-qemu
 /usr/share/OVMF/OVMF_CODE_4M.fd ovmf
+/usr/lib/grub/x86_64-efi/http.mod grub-efi-amd64-bin
 LIST
 
 if [ ${#need[@]} -eq 0 ]; then
