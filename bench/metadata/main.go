@@ -113,8 +113,8 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("bench-metadata: run %d/%d: %.0f req/s, p99 %.2f ms, %d requests (wrk -t%d -c%d -d%s)\n",
-			i+1, o.reps, r.rate, r.p99ms, r.requests, o.threads, o.conns, o.duration)
+		fmt.Printf("bench-metadata: run %d/%d: %.0f req/s, p99 %.2f ms, %d requests (wrk -t%d -c%d -d%s); cores: rackd %.2f, wrk %.2f, other work %.2f\n",
+			i+1, o.reps, r.rate, r.p99ms, r.requests, o.threads, o.conns, o.duration, r.rackdCores, r.wrkCores, r.otherCores)
 		rates, p99s = append(rates, r.rate), append(p99s, r.p99ms)
 	}
 	fmt.Printf("RESULT whoami_req_per_s=%.0f p99_ms=%.2f\n", median(rates), median(p99s))
@@ -129,6 +129,7 @@ func median(v []float64) float64 {
 
 // startRackd runs the rackd binary on a free loopback port until stop.
 func startRackd(ctx context.Context, bin, work string) (string, func(), error) {
+	rackdPID = 0
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
@@ -144,6 +145,7 @@ func startRackd(ctx context.Context, bin, work string) (string, func(), error) {
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("start %s: %w", bin, err)
 	}
+	rackdPID = cmd.Process.Pid
 	stop := func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
@@ -268,6 +270,51 @@ type result struct {
 	rate     float64
 	p99ms    float64
 	requests int
+	// Cores busy during the run: rackd, wrk, and everything else on the
+	// machine (other work competing for the same 2 cores skews the figures;
+	// each run says how much there was).
+	rackdCores, wrkCores, otherCores float64
+}
+
+// rackdPID is the rackd child being measured.
+var rackdPID int
+
+const userHZ = 100 // USER_HZ of /proc/*/stat and /proc/stat
+
+// procTicks is a process's CPU time so far, in USER_HZ ticks.
+func procTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces) in parentheses.
+	_, rest, _ := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return ut + st
+}
+
+// machineTicks is the busy time of all CPUs so far (all but idle and
+// iowait; guest time is already in user), in USER_HZ ticks.
+func machineTicks() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	var busy int64
+	for i, s := range strings.Fields(line)[1:] {
+		if i == 3 || i == 4 || i >= 8 {
+			continue
+		}
+		n, _ := strconv.ParseInt(s, 10, 64)
+		busy += n
+	}
+	return busy
 }
 
 var (
@@ -281,15 +328,21 @@ var (
 func wrk(ctx context.Context, o options, base, script string, d time.Duration) (result, error) {
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "wrk", "-t"+strconv.Itoa(o.threads), "-c"+strconv.Itoa(o.conns),
-		"-d"+strconv.Itoa(int(d.Seconds()))+"s", "--latency", "-s", script, base).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "wrk", "-t"+strconv.Itoa(o.threads), "-c"+strconv.Itoa(o.conns),
+		"-d"+strconv.Itoa(int(d.Seconds()))+"s", "--latency", "-s", script, base)
+	start, rackd0, machine0 := time.Now(), procTicks(rackdPID), machineTicks()
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return result{}, fmt.Errorf("wrk: %w\n%s", err, out)
 	}
+	secs := time.Since(start).Seconds()
+	var r result
+	r.rackdCores = float64(procTicks(rackdPID)-rackd0) / userHZ / secs
+	r.wrkCores = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds() / secs
+	r.otherCores = max(0, float64(machineTicks()-machine0)/userHZ/secs-r.rackdCores-r.wrkCores)
 	if m := errorsRE.Find(out); m != nil {
 		return result{}, fmt.Errorf("wrk saw failures (%s):\n%s", bytes.TrimSpace(m), out)
 	}
-	var r result
 	m := rateRE.FindSubmatch(out)
 	p := p99RE.FindSubmatch(out)
 	q := requestsRE.FindSubmatch(out)
