@@ -174,8 +174,9 @@ var bootImageRE = regexp.MustCompile(`BOOT_IMAGE=\(http,[0-9.]+:[0-9]+\)/boot/im
 
 // TestE2EUEFIGrub: an unknown VM under OVMF (UEFI) PXE-boots with the
 // firmware's own PXE stack (no iPXE ROM on its NIC): DHCP (arch 7) -> shim
-// (bootx64.efi) and GRUB (grubx64.efi) over TFTP from Debian's signed
-// packages (make bootloaders) -> GRUB loads its config from rackd, the
+// (bootx64.efi) and GRUB (grubx64.efi) over TFTP from the bootloader image
+// of Debian's signed packages (make bootloaders) -> GRUB loads its config
+// from rackd, the
 // per-MAC one by its pre-loader -> the enlistment kernel over HTTP; the VM
 // enlists and powers off.
 func TestE2EUEFIGrub(t *testing.T) {
@@ -183,16 +184,8 @@ func TestE2EUEFIGrub(t *testing.T) {
 	img := enlistImage(t)
 	loaders := bootloaders(t)
 	l := newLab(t, labOptions{tftp: true})
+	l.importImage(loaders)
 	boot := filepath.Join(l.state, "boot")
-	for _, f := range []string{"bootx64.efi", "grubx64.efi"} {
-		b, err := os.ReadFile(filepath.Join(loaders, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(boot, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// Debian's signed network GRUB has no http module built in: it loads
 	// it from $prefix/x86_64-efi/ ($prefix is /grub on the TFTP server),
 	// so serve the modules of the same GRUB version there.

@@ -375,20 +375,23 @@ var (
 	loadersErr  error
 )
 
-// bootloaders returns a directory holding the network bootloaders that
-// `make bootloaders` gathers from Debian's packages (shim, GRUB, iPXE,
-// pxelinux), gathering them into build/bootloaders when they are missing.
+// bootloaders returns the amd64 bootloader image directory that `make
+// bootloaders` builds from Debian's packages (shim, GRUB, iPXE, pxelinux),
+// building it into build/e2e-bootloaders when it is missing (the .debs are
+// cached where make bootloaders caches them).
 func bootloaders(t testing.TB) string {
 	t.Helper()
 	loadersOnce.Do(func() {
 		root := repoRoot(t)
-		loadersDir = filepath.Join(root, "build", "bootloaders")
-		if _, err := os.Stat(filepath.Join(loadersDir, "grubx64.efi")); err == nil {
+		dest := filepath.Join(root, "build", "e2e-bootloaders")
+		loadersDir = filepath.Join(dest, "amd64")
+		if _, err := os.Stat(filepath.Join(loadersDir, "rackd-image.json")); err == nil {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "bash", "scripts/bootloaders.sh", loadersDir)
+		cmd := exec.CommandContext(ctx, "bash", "scripts/bootloaders.sh", "--image",
+			"--cache", filepath.Join(root, "build", "bootloaders-cache"), dest)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			loadersErr = fmt.Errorf("scripts/bootloaders.sh: %v\n%s", err, out)
