@@ -471,7 +471,7 @@ func (q *Queue) finish(ctx context.Context, j *job, err error) {
 	if err != nil {
 		state, text = store.PowerFailed, err.Error()
 	}
-	r, ferr := q.st.FinishPower(context.WithoutCancel(ctx), j.r.ID, state, j.r.Attempts, text, observed)
+	r, ferr := q.st.FinishPower(context.WithoutCancel(ctx), j.r.ID, state, text, observed)
 	if ferr != nil {
 		q.log.Error("power queue: finish", "request", j.r.ID, "err", ferr)
 		return
@@ -567,16 +567,18 @@ func (j *job) run(ctx context.Context, nextBoot string, resumed bool) error {
 		}
 		var err error
 		switch r.Action {
-		case store.PowerQuery, store.PowerOn, store.PowerOff:
-			// Tries are recorded when one fails (so GET shows them during
-			// the backoff) and with the request's fate: the happy path
-			// costs no extra commit. A restart re-verifies on and off.
+		case store.PowerQuery:
 			r.Attempts++
-			if r.Action == store.PowerQuery {
-				_, err = j.cmdStatus(ctx)
-			} else {
-				err = j.onOff(ctx, r.Action, nextBoot)
+			if err = j.progress(ctx, r.Phase); err != nil {
+				return err
 			}
+			_, err = j.cmdStatus(ctx)
+		case store.PowerOn, store.PowerOff:
+			r.Attempts++
+			if err = j.progress(ctx, r.Phase); err != nil {
+				return err
+			}
+			err = j.onOff(ctx, r.Action, nextBoot)
 		case store.PowerCycle:
 			err = j.cycle(ctx, nextBoot)
 		default:
@@ -586,11 +588,6 @@ func (j *job) run(ctx context.Context, nextBoot string, resumed bool) error {
 			return err
 		}
 		last = err
-		if r.Attempts <= j.q.cfg.Retries && !permanent(err) {
-			if perr := j.progress(ctx, r.Phase); perr != nil {
-				return perr
-			}
-		}
 	}
 }
 
