@@ -1,56 +1,65 @@
 // Package tftp is rackd's read-only TFTP server (RFC 1350) for network boot,
-// built on github.com/pin/tftp/v3 and serving a files.Source: the boot tree
-// with per-machine configs rendered in memory.
+// serving a files.Source: the boot tree with per-machine configs rendered
+// in memory.
+//
+// The read path is rackd's own. It used to be github.com/pin/tftp/v3
+// (v3.1.0), which sends one block per round trip and no more (no RFC 7440),
+// drops the timeout option, sends every error with code 1, and looks up the
+// interface MTU with a netlink dump per request, falling back to 512-byte
+// blocks when interfaces change during the dump. Profiles of a 50-client
+// boot storm showed its per-block loop close to the kernel's floor for
+// lock step (most of the time in sendto); what was left to gain was in
+// sending more than one block per round trip, which needs a data path of
+// our own. The library's netascii converter is still used, and its client
+// in the tests.
 //
 // # Options
 //
-// The library negotiates, through the option extension of RFC 2347:
+// Option names are matched whatever their case (RFC 2347); unknown options,
+// and values out of their RFC's range, are left out of the OACK, and the
+// client then uses the default. When the client asks for no option the
+// server knows, the answer is DATA 1 with no OACK.
 //
 //   - blksize (RFC 2348), capped at the MTU of the interface the request
-//     came in on, less the IP and UDP headers, so that no DATA packet is
-//     fragmented; Config.MaxBlockSize caps it further.
-//   - tsize (RFC 2349). The server always sets it from files.File.Size,
-//     rendered configs included, whenever the client asks (an OACK may
-//     carry only options the client sent, RFC 2347): firmware sizes its
-//     buffer from it, and some falls back to a crawl without it. The
-//     library's own way, seeking the reader, would miss anything that is
-//     not an io.Seeker. (A zero-length file is the one exception: the
-//     library drops tsize=0 from its OACK.)
-//
-// The timeout option of RFC 2349 is not acknowledged: pin/tftp v3.1.0's
-// sender removes every option but blksize and tsize from its OACK, which
-// RFC 2347 permits (a server omits options it does not support, and the
-// client then uses its defaults). The server retransmits after
-// Config.Timeout.
-//
-// RFC 7440 windowsize is not offered either: the library cannot send more
-// than one block per ACK the standard way (its "anticipate" sender is a
-// non-standard scheme that no firmware speaks, and is left off), so every
-// transfer runs in lock step, one block per round trip. Throughput per
-// client is then bounded by blksize/RTT; on a rack LAN with blksize 1468
-// that is the same bound tftpd-hpa and dnsmasq have, as neither negotiates
-// windowsize.
-//
-// The library sizes blocks from the MTU of the receiving interface, looked
-// up per request with a netlink dump; when that lookup fails (interfaces
-// changing at that moment) the transfer falls back to 512-byte blocks. It
-// is correct, only slower.
-//
-// Option names are matched as sent, in lower case, by the library, where
-// RFC 2347 says they are case-insensitive: a client sending "BLKSIZE" gets
-// no OACK and 512-byte blocks, which is slow but works. The clients tested
-// here (tftp-hpa, atftp, curl) send lower case.
+//     came in on, less the IP, UDP and TFTP headers, so that no DATA packet
+//     is fragmented; Config.MaxBlockSize caps it further. The MTU comes from
+//     an ioctl on that one interface, cached for 30 s (a storm costs no
+//     system call for it), never from a dump of all interfaces; when it
+//     cannot be had, an Ethernet MTU is assumed.
+//   - tsize (RFC 2349), from files.File.Size, rendered configs included, in
+//     octet mode: firmware sizes its buffer from it, and some falls back to
+//     a crawl without it. (In netascii mode the size on the wire is not the
+//     file's, and tsize is left out.)
+//   - timeout (RFC 2349), 1-255 s, echoed and used as the retransmission
+//     timeout; Config.Timeout otherwise.
+//   - windowsize (RFC 7440), capped at Config.MaxWindowSize: that many
+//     blocks are sent per ACK. The client acknowledges the last block of a
+//     window, or the last it got in order when one went missing; the server
+//     goes on from the block after the one acknowledged, and resends the
+//     window from there after a timeout. A window goes to the kernel in one
+//     sendmsg with UDP segmentation offload (UDP_SEGMENT), which cuts it
+//     into one datagram per block, so a window costs about what one block
+//     costs in lock step; if the kernel refuses, blocks are sent one by one.
+//     In lock step (no windowsize), a duplicate ACK is never answered by a
+//     resend (RFC 1123 4.2.3.1, the Sorcerer's Apprentice).
 //
 // Block numbers roll over from 65535 to 0, as tftp-hpa, atftp and curl
 // expect, so files larger than 32 MiB transfer with 512-byte blocks.
 //
+// Each transfer has its own socket (its TID), bound to the address the
+// request was sent to (IP_PKTINFO tells which) and connected to the client:
+// the client hears the server it asked, the kernel drops packets from other
+// addresses and ports, and sends need no route lookup each.
+//
 // # Errors
 //
-// Names are sanitised by the Source (files.Clean, os.Root): unknown names
-// get "File not found", names that try to leave the tree "Access violation".
-// The library sends every error with code 1 (File not found) whatever the
-// cause, so the distinction is in the message text only, which clients print.
-// Write requests are refused.
+// Names are sanitised by the Source (files.Clean, os.Root). Unknown names
+// get code 1 "File not found", names that try to leave the tree code 2
+// "Access violation", write requests code 2 "Access violation: read-only
+// server", mode "mail" code 4; busy, shutdown, timeout and local failures
+// code 0 with a message. Packets to the server port that are no request are
+// counted and not answered: an ERROR to an ERROR could start an exchange
+// with another server.
 //
 // # Concurrency
 //
@@ -67,13 +76,23 @@
 // and port, and the repeat is dropped silently instead of starting a second
 // transfer to the same client.
 //
+// When Serve's context ends the server socket closes, queued requests are
+// answered "shutting down", and transfers may finish for
+// Config.ShutdownGrace; then each is aborted between two blocks (a transfer
+// waiting on a silent client is woken, and waits 200 ms more for an ACK on
+// its way, so that the client reads the ERROR rather than an ICMP error
+// from a closed port).
+//
 // # Metrics
 //
 // In namespace rackd, subsystem tftp: transfers_total by outcome (ok,
 // not_found, refused, write_refused, busy, shutdown, timeout, aborted,
-// malformed, error) and transfer_duration_seconds come from the library's
-// Hook; bytes_total, transfers_in_flight, transfers_queued,
-// queue_wait_seconds and retransmitted_requests_total from the read
-// handler, since the Hook sees only the end of a transfer and its stats
-// carry no byte count.
+// malformed, error), transfer_duration_seconds (successful transfers, from
+// the request to the last ACK), bytes_total, transfers_in_flight,
+// transfers_queued, queue_wait_seconds, retransmitted_requests_total, and
+// config_answer_seconds: for rendered configs, the time from the request
+// arriving at the server socket to the first packet of the answer (OACK or
+// DATA 1) sent. That is the server's own share of a config fetch (parsing,
+// rendering from the store, the transfer socket); the rest of the exchange
+// is round trips that depend on the client.
 package tftp

@@ -92,10 +92,9 @@ func TestPeersFetch(t *testing.T) {
 	}
 }
 
-// TestPeersRefused: unknown names get "File not found"; names that try to
-// leave the tree get "Access violation" (in the message: the library sends
-// code 1 for every error); nothing outside the tree is ever written to the
-// client's file; writes are refused.
+// TestPeersRefused: unknown names get "File not found" (code 1); names that
+// try to leave the tree get "Access violation" (code 2); nothing outside the
+// tree is ever written to the client's file; writes are refused.
 func TestPeersRefused(t *testing.T) {
 	fx := newFixture(t)
 	fx.add(t, "pxelinux.0", 1000)
@@ -103,22 +102,23 @@ func TestPeersRefused(t *testing.T) {
 	dir := t.TempDir()
 	passwd, _ := os.ReadFile("/etc/passwd")
 
+	const notFound, denied = "1: File not found", "2: Access violation" // RFC 1350 error codes and messages
 	tests := []struct {
 		remote string
-		want   string // message the server sends
+		want   string // code and message the server sends
 	}{
-		{"no-such-file", "File not found"},
-		{"pxelinux.cfg/01-de-ad-be-ef-00-01", "File not found"}, // an unknown MAC: the renderer declines
-		{"../../etc/passwd", "Access violation"},
-		{"images/../../../etc/passwd", "Access violation"},
-		{"//etc/passwd", "Access violation"},
+		{"no-such-file", notFound},
+		{"pxelinux.cfg/01-de-ad-be-ef-00-01", notFound}, // an unknown MAC: the renderer declines
+		{"../../etc/passwd", denied},
+		{"images/../../../etc/passwd", denied},
+		{"//etc/passwd", denied},
 		// One leading "/" is stripped (firmware sends "/pxelinux.0"), so
 		// "/etc/passwd" means etc/passwd inside the tree: not there.
-		{"/etc/passwd", "File not found"},
-		{"escape", "Access violation"},                 // absolute symlink out
-		{"images/escape-rel", "Access violation"},      // relative symlink out
-		{strings.Repeat("x", 300), "Access violation"}, // longer than NAME_MAX
-		{`..\..\etc\passwd`, "Access violation"},       // backslashes
+		{"/etc/passwd", notFound},
+		{"escape", denied},                 // absolute symlink out
+		{"images/escape-rel", denied},      // relative symlink out
+		{strings.Repeat("x", 300), denied}, // longer than NAME_MAX
+		{`..\..\etc\passwd`, denied},       // backslashes
 	}
 	for i, tt := range tests {
 		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
@@ -142,12 +142,12 @@ func TestPeersRefused(t *testing.T) {
 					t.Errorf("%s %q: wrote %d bytes: %q", c, tt.remote, len(got), got[:min(len(got), 64)])
 				}
 				switch c {
-				case "tftp-hpa": // exits 0 on errors; prints the message
-					if !strings.Contains(msg, "Error code 1: "+tt.want) {
+				case "tftp-hpa": // exits 0 on errors; prints code and message
+					if !strings.Contains(msg, "Error code "+tt.want) {
 						t.Errorf("%s %q: %v: %s; want %q", c, tt.remote, err, msg, tt.want)
 					}
 				case "atftp":
-					want := tt.want
+					_, want, _ := strings.Cut(tt.want, ": ")
 					if len(tt.remote) > 255 {
 						// atftp truncates names to 255
 						// bytes: the server sees a valid,
@@ -158,10 +158,15 @@ func TestPeersRefused(t *testing.T) {
 						t.Errorf("%s %q: %v: %s; want %q", c, tt.remote, err, msg, tt.want)
 					}
 				case "curl":
-					// curl prints no server message; exit 68 is
-					// CURLE_TFTP_NOTFOUND, what code 1 maps to.
-					if err == nil || !strings.Contains(err.Error(), "exit status 68") {
-						t.Errorf("%s %q: %v: %s; want exit status 68", c, tt.remote, err, msg)
+					// curl prints no server message; it exits
+					// 68 (CURLE_TFTP_NOTFOUND) on code 1 and 69
+					// (CURLE_TFTP_PERM) on code 2.
+					want := "exit status 68"
+					if tt.want == denied {
+						want = "exit status 69"
+					}
+					if err == nil || !strings.Contains(err.Error(), want) {
+						t.Errorf("%s %q: %v: %s; want %s", c, tt.remote, err, msg, want)
 					}
 				}
 			}

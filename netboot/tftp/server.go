@@ -1,11 +1,9 @@
 package tftp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -13,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pin/tftp/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"rackd/netboot/files"
@@ -26,8 +23,7 @@ const (
 	// and keeps a PXE storm of a full rack from exhausting sockets.
 	DefaultMaxTransfers = 64
 	// DefaultMaxQueued bounds requests waiting for a transfer slot. Each
-	// holds a socket (the library opens the transfer's socket before the
-	// handler runs) and an open file.
+	// holds an open file and a goroutine.
 	DefaultMaxQueued = 1024
 	// DefaultQueueTimeout is the longest a request waits for a slot. PXE
 	// ROMs retransmit a silent RRQ a few times over some tens of seconds
@@ -37,9 +33,9 @@ const (
 	// DefaultSmallFileSize: files up to this size skip the queue (see the
 	// package doc). 64 KiB is 45 blocks of 1468 bytes, more than any config.
 	DefaultSmallFileSize = 64 << 10
-	// DefaultTimeout is the retransmission timeout. Shorter than the
-	// library's 5s: on a LAN a second is a long time, and a client that
-	// vanished holds its slot for Retries times this.
+	// DefaultTimeout is the retransmission timeout, unless the client
+	// asks for another (RFC 2349). On a LAN a second is a long time, and
+	// a client that vanished holds its slot for Retries times this.
 	DefaultTimeout = 2 * time.Second
 	// DefaultRetries is how many times a packet is sent before the
 	// transfer is given up.
@@ -50,11 +46,12 @@ const (
 	// DefaultShutdownGrace is how long transfers may go on after Serve's
 	// context ends before they are aborted.
 	DefaultShutdownGrace = 10 * time.Second
+	// DefaultMaxWindowSize caps the RFC 7440 windowsize a client may ask
+	// for. 64 blocks of 1468 bytes are 94 KB in flight per transfer: at
+	// LAN round trips that is more than a gigabit per client, and it fits
+	// the default socket buffers of the client.
+	DefaultMaxWindowSize = 64
 )
-
-// readBuffer is the read-ahead between the file and the library, which
-// reads one block at a time: one read(2) per 64 KiB rather than per block.
-const readBuffer = 64 << 10
 
 // ErrServing is returned by Serve and ServeConn when the Server is already
 // serving or has served: a Server serves once.
@@ -80,7 +77,8 @@ type Config struct {
 	// without a slot. Default DefaultSmallFileSize; negative: every
 	// transfer takes a slot.
 	SmallFileSize int64
-	// Timeout is the retransmission timeout. Default DefaultTimeout.
+	// Timeout is the retransmission timeout when the client does not ask
+	// for one. Default DefaultTimeout.
 	Timeout time.Duration
 	// Retries is the number of sends of a packet before giving up. Default
 	// DefaultRetries.
@@ -88,6 +86,10 @@ type Config struct {
 	// MaxBlockSize caps the negotiated blksize below the interface's MTU.
 	// Zero: the MTU alone (less IP and UDP headers) caps it.
 	MaxBlockSize int
+	// MaxWindowSize caps the negotiated windowsize (RFC 7440). Default
+	// DefaultMaxWindowSize; 1 turns windowing off (the option is then not
+	// acknowledged).
+	MaxWindowSize int
 	// OpenTimeout bounds each Source.Open. Default DefaultOpenTimeout.
 	OpenTimeout time.Duration
 	// ShutdownGrace is how long transfers in flight may finish after
@@ -98,13 +100,16 @@ type Config struct {
 // withDefaults fills in the zero fields and checks the others.
 func (c Config) withDefaults() (Config, error) {
 	if c.MaxTransfers < 0 || c.MaxQueued < 0 || c.QueueTimeout < 0 || c.Timeout < 0 ||
-		c.Retries < 0 || c.OpenTimeout < 0 || c.ShutdownGrace < 0 {
+		c.Retries < 0 || c.OpenTimeout < 0 || c.ShutdownGrace < 0 || c.MaxWindowSize < 0 {
 		return c, errors.New("tftp: negative limit in config")
 	}
-	if c.MaxBlockSize != 0 && (c.MaxBlockSize < 512 || c.MaxBlockSize > 65464) {
-		// RFC 2348 section 2: blksize is 8 to 65464; below 512 the
-		// library would not use it.
-		return c, fmt.Errorf("tftp: MaxBlockSize %d outside 512-65464", c.MaxBlockSize)
+	if c.MaxBlockSize != 0 && (c.MaxBlockSize < 512 || c.MaxBlockSize > maxBlockSize) {
+		// RFC 2348 allows 8, but a server capping a client below 512
+		// makes no sense on any network that boots machines.
+		return c, fmt.Errorf("tftp: MaxBlockSize %d outside 512-%d", c.MaxBlockSize, maxBlockSize)
+	}
+	if c.MaxWindowSize > maxWindowSize {
+		return c, fmt.Errorf("tftp: MaxWindowSize %d above %d", c.MaxWindowSize, maxWindowSize)
 	}
 	def := func(v *int, d int) {
 		if *v == 0 {
@@ -119,6 +124,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.MaxTransfers, DefaultMaxTransfers)
 	def(&c.MaxQueued, DefaultMaxQueued)
 	def(&c.Retries, DefaultRetries)
+	def(&c.MaxWindowSize, DefaultMaxWindowSize)
 	defDur(&c.QueueTimeout, DefaultQueueTimeout)
 	defDur(&c.Timeout, DefaultTimeout)
 	defDur(&c.OpenTimeout, DefaultOpenTimeout)
@@ -135,6 +141,7 @@ type Server struct {
 	src files.Source
 	log *slog.Logger
 	m   *metrics
+	mtu *mtuCache
 
 	slots  chan struct{} // one per running transfer (not small files)
 	queued atomic.Int64  // requests waiting for a slot
@@ -142,7 +149,15 @@ type Server struct {
 	// clients holds the address:port of every request being handled, to
 	// recognise retransmitted requests (see the package doc).
 	clientsMu sync.Mutex
-	clients   map[string]struct{}
+	clients   map[netip.AddrPort]struct{}
+
+	// active holds the transfers sending, for the end of the shutdown
+	// grace to wake them; wg counts every request being handled.
+	activeMu sync.Mutex
+	active   map[*transfer]struct{}
+	stopped  bool
+	stop     chan struct{} // closed when the shutdown grace is over
+	wg       sync.WaitGroup
 
 	// running counts transfers holding a slot, and peak the most at
 	// once; tests read peak.
@@ -173,8 +188,11 @@ func New(cfg Config, src files.Source, log *slog.Logger, reg prometheus.Register
 		src:     src,
 		log:     log,
 		m:       newMetrics(reg),
+		mtu:     newMTUCache(),
 		slots:   make(chan struct{}, cfg.MaxTransfers),
-		clients: make(map[string]struct{}),
+		clients: make(map[netip.AddrPort]struct{}),
+		active:  make(map[*transfer]struct{}),
+		stop:    make(chan struct{}),
 		ready:   make(chan struct{}),
 	}, nil
 }
@@ -193,11 +211,8 @@ func (s *Server) Addr() netip.AddrPort {
 // Serve binds cfg.Listen and serves until ctx is done, then stops
 // gracefully: the socket closes at once, queued requests are answered
 // "shutting down", and transfers in flight may finish for ShutdownGrace,
-// after which each is aborted at its next block. A transfer whose client
-// went silent cannot be cut short (the library offers no way to): it ends
-// when its retries run out, Retries times Timeout plus the library's random
-// backoff of up to a second per retry. It returns nil after ctx is done, or
-// the error that stopped it.
+// after which each is aborted with an ERROR to its client. It returns nil
+// after ctx is done, or the error that stopped it.
 func (s *Server) Serve(ctx context.Context) error {
 	if s.cfg.Listen == "" {
 		return errors.New("tftp: no listen address")
@@ -214,16 +229,17 @@ func (s *Server) Serve(ctx context.Context) error {
 }
 
 // ServeConn is Serve on a socket the caller bound (the agent at startup, a
-// test). It must be a *net.UDPConn: the library reads the destination
-// address and interface of each request from its control messages, to
-// answer from the address the client asked and to cap blksize at that
-// interface's MTU; without them it would fall back to 512-byte blocks. The
-// server closes conn.
+// test). The server closes conn. It asks the kernel for each request's
+// destination address and interface (IP_PKTINFO): the answer goes out from
+// the address the client asked, and blksize is capped at that interface's
+// MTU; without them (a platform that has no such option) replies come from
+// the system's choice of address and blksize is capped at an Ethernet MTU's
+// worth.
 //
-// conn must belong to the process's own network namespace: the library
-// opens each transfer's socket (its TID, RFC 1350 section 4) with
-// net.ListenUDP on whatever thread runs the transfer, so a socket opened
-// in another namespace would answer from the wrong one.
+// conn must belong to the process's own network namespace: each transfer's
+// socket (its TID, RFC 1350 section 4) is opened on whatever thread runs
+// the transfer, so a socket opened in another namespace would answer from
+// the wrong one.
 func (s *Server) ServeConn(ctx context.Context, conn *net.UDPConn) error {
 	if !s.started.CompareAndSwap(false, true) {
 		_ = conn.Close()
@@ -234,130 +250,187 @@ func (s *Server) ServeConn(ctx context.Context, conn *net.UDPConn) error {
 	s.mu.Lock()
 	s.addr = ap
 	s.mu.Unlock()
-
-	// stop is closed when the shutdown grace is over: transfers still
-	// running then fail on their next read, and the library aborts them
-	// with an ERROR packet to the client.
-	stop := make(chan struct{})
-	srv := tftp.NewServer(
-		func(name string, rf io.ReaderFrom) error { return s.read(ctx, stop, name, rf) },
-		func(name string, _ io.WriterTo) error { return errWrite },
-	)
-	srv.SetHook(hook{s})
-	srv.SetTimeout(s.cfg.Timeout)
-	srv.SetRetries(s.cfg.Retries)
-	if s.cfg.MaxBlockSize > 0 {
-		srv.SetBlockSize(s.cfg.MaxBlockSize)
+	if err := setPktInfo(conn); err != nil {
+		s.log.Warn("tftp: no destination addresses of requests; replies use the system's source address", "err", err)
 	}
+	s.mtu.conn = conn
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(conn) }()
+	go func() { errc <- s.readLoop(ctx, conn) }()
 	close(s.ready)
 	s.log.Info("tftp: serving", "addr", ap.String(), "max_transfers", s.cfg.MaxTransfers)
 
+	var serr error
 	select {
-	case err := <-errc:
-		// The library returns only after Shutdown, or when it cannot
-		// start (an address it cannot classify).
-		srv.Shutdown()
-		if err == nil {
-			err = errors.New("stopped unexpectedly")
-		}
-		return fmt.Errorf("tftp: serving: %w", err)
+	case serr = <-errc:
 	case <-ctx.Done():
 	}
-	grace := time.AfterFunc(s.cfg.ShutdownGrace, func() { close(stop) })
+	_ = conn.Close()
+	if serr == nil {
+		<-errc
+	}
+	// Transfers in flight may finish within the grace; then they are
+	// woken and abort at once.
+	grace := time.AfterFunc(s.cfg.ShutdownGrace, s.abortAll)
 	defer grace.Stop()
-	// Shutdown closes the socket and waits for every transfer; ctx being
-	// done already released the queued ones.
-	srv.Shutdown()
-	_ = conn.Close() // in case Shutdown ran before the library stored it
-	<-errc
+	s.wg.Wait()
+	if serr != nil {
+		return fmt.Errorf("tftp: serving: %w", serr)
+	}
 	s.log.Info("tftp: stopped", "addr", ap.String())
 	return nil
 }
 
-// Errors of the read handler. The library sends Error() to the client, so
-// the messages are RFC 1350's error names; the sentinels they wrap are for
-// the hook to count outcomes.
+// abortAll ends the shutdown grace: every transfer is woken and stops.
+func (s *Server) abortAll() {
+	s.activeMu.Lock()
+	defer s.activeMu.Unlock()
+	if !s.stopped {
+		s.stopped = true
+		close(s.stop)
+	}
+	for t := range s.active {
+		_ = t.conn.SetReadDeadline(time.Now())
+	}
+}
+
+// readLoop reads requests from the server socket until it is closed. Each
+// request is handled on its own goroutine, with its own socket.
+func (s *Server) readLoop(ctx context.Context, conn *net.UDPConn) error {
+	buf := make([]byte, maxRequest)
+	oob := make([]byte, 256)
+	var errs int
+	for {
+		n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf, oob)
+		received := time.Now()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			// Transient (ENOMEM, an ICMP error surfacing): go on,
+			// but not forever in a tight loop.
+			errs++
+			s.log.Warn("tftp: reading requests", "err", err)
+			if errs > 100 {
+				return fmt.Errorf("reading requests: %w", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		errs = 0
+		req, err := parseRequest(buf[:n])
+		if err != nil {
+			// Not answered: an ERROR to whatever sent an ACK or
+			// an ERROR to port 69 (another server, a spoofed
+			// source) could start an exchange of errors.
+			s.m.outcome(outcomeMalformed)
+			s.log.Debug("tftp: malformed packet", "client", from.String(), "err", err)
+			continue
+		}
+		dst, ifindex := parsePktInfo(oob[:oobn])
+		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handle(ctx, req, from, dst, ifindex, received)
+		}()
+	}
+}
+
+// Errors of a transfer: outcomes for the metrics, messages for the client.
 var (
 	errBusy     = errors.New("tftp: no transfer slot")
 	errShutdown = errors.New("tftp: shutting down")
-	errOpen     = errors.New("tftp: cannot open file")
-	errRead     = errors.New("tftp: cannot read file")
-	errWrite    = &clientError{"Access violation: read-only server", errWriteRefused}
-
-	errWriteRefused = errors.New("tftp: write request refused")
 )
 
-// clientError is an error whose message goes to the client.
+// clientError is an error whose message (and code) goes to the client.
 type clientError struct {
-	msg string
-	err error
+	code    uint16
+	msg     string
+	outcome string
+	err     error
 }
 
-func (e *clientError) Error() string { return e.msg }
+func (e *clientError) Error() string {
+	if e.err != nil {
+		return e.msg + ": " + e.err.Error()
+	}
+	return e.msg
+}
 func (e *clientError) Unwrap() error { return e.err }
 
-// read is the library's read handler: one per RRQ, on its own goroutine.
-func (s *Server) read(ctx context.Context, stop <-chan struct{}, name string, rf io.ReaderFrom) error {
-	var client string
-	ot, _ := rf.(tftp.OutgoingTransfer) // always, in v3.1.0
-	if ot != nil {
-		ra := ot.RemoteAddr()
-		client = ra.String()
+// handle answers one request.
+func (s *Server) handle(ctx context.Context, req request, client netip.AddrPort, dst netip.Addr, ifindex int, received time.Time) {
+	if !s.claim(client) {
+		// A retransmitted request of a transfer we are already
+		// handling (queued, most likely): the first one answers it.
+		s.m.duplicates.Inc()
+		s.log.Debug("tftp: retransmitted request ignored", "client", client.String(), "file", req.filename)
+		return
 	}
-	if client != "" {
-		if !s.claim(client) {
-			// A retransmitted RRQ of a transfer we are already
-			// handling (queued, most likely). Returning nil without
-			// calling ReadFrom sends nothing; the library's transfer
-			// socket for this duplicate is left to the garbage
-			// collector's finalizer, as the library offers no way to
-			// close it unused.
-			s.m.duplicates.Inc()
-			s.log.Debug("tftp: retransmitted request ignored", "client", client, "file", name)
-			return nil
-		}
-		defer s.unclaim(client)
+	defer s.unclaim(client)
+	t := &transfer{s: s, req: req, client: client, start: received}
+	defer t.close()
+	if err := t.dial(dst, ifindex); err != nil {
+		s.m.outcome(outcomeError)
+		s.log.Warn("tftp: transfer socket", "client", client.String(), "file", req.filename, "err", err)
+		return
+	}
+	switch {
+	case req.op == opWRQ:
+		t.fail(&clientError{code: errCodeAccess, msg: "Access violation: read-only server", outcome: outcomeWriteRefused})
+		return
+	case req.mode == "mail":
+		t.fail(&clientError{code: errCodeIllegal, msg: "Illegal TFTP operation: mail mode", outcome: outcomeMalformed})
+		return
 	}
 	octx, cancel := context.WithTimeout(ctx, s.cfg.OpenTimeout)
-	f, err := s.src.Open(octx, name)
+	f, err := s.src.Open(octx, req.filename)
 	cancel()
 	if err != nil {
-		return s.openError(ctx, name, client, err)
+		t.fail(s.openError(ctx, req.filename, client, err))
+		return
 	}
-	defer f.Close()
-	size := f.Size()
+	t.file = f
+	t.size = f.Size()
+	// Rendered configs are made on request and have no date (files.File).
+	t.rendered = f.ModTime().IsZero()
 
-	if s.cfg.SmallFileSize < 0 || size > s.cfg.SmallFileSize {
+	if s.cfg.SmallFileSize < 0 || t.size > s.cfg.SmallFileSize {
 		if err := s.acquire(ctx); err != nil {
-			return err
+			t.fail(err)
+			return
 		}
 		defer func() { s.running.Add(-1); <-s.slots }() // in this order, so running <= MaxTransfers
 	}
+	if !s.track(t) {
+		t.fail(&clientError{code: errCodeUndefined, msg: "Server shutting down", outcome: outcomeShutdown, err: errShutdown})
+		return
+	}
+	defer s.untrack(t)
 	s.m.inFlight.Inc()
 	defer s.m.inFlight.Dec()
+	t.send()
+}
 
-	if ot != nil {
-		// Always, not only when the file can Seek: that is the
-		// library's own way of finding the size, and tsize is what
-		// keeps firmware off its slow path (RFC 2349 section 3).
-		ot.SetSize(size)
+func (s *Server) track(t *transfer) bool {
+	s.activeMu.Lock()
+	defer s.activeMu.Unlock()
+	if s.stopped {
+		return false
 	}
-	buf := readBuffer
-	if size < int64(buf) {
-		buf = int(size) + 1 // bufio's minimum is 16
-	}
-	n, err := rf.ReadFrom(&transferReader{r: bufio.NewReaderSize(f, buf), stop: stop})
-	s.m.bytes.Add(float64(n))
-	// On error the library has already sent the ERROR and told the hook;
-	// returning it makes the library's own abort a no-op.
-	return err
+	s.active[t] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(t *transfer) {
+	s.activeMu.Lock()
+	defer s.activeMu.Unlock()
+	delete(s.active, t)
 }
 
 // claim records client as being handled, or reports that it already is.
-func (s *Server) claim(client string) bool {
+func (s *Server) claim(client netip.AddrPort) bool {
 	s.clientsMu.Lock()
 	defer s.clientsMu.Unlock()
 	if _, ok := s.clients[client]; ok {
@@ -367,7 +440,7 @@ func (s *Server) claim(client string) bool {
 	return true
 }
 
-func (s *Server) unclaim(client string) {
+func (s *Server) unclaim(client netip.AddrPort) {
 	s.clientsMu.Lock()
 	defer s.clientsMu.Unlock()
 	delete(s.clients, client)
@@ -396,11 +469,16 @@ func (s *Server) acquire(ctx context.Context) error {
 	return nil
 }
 
+var (
+	busyError     = &clientError{code: errCodeUndefined, msg: "Server busy, try again later", outcome: outcomeBusy, err: errBusy}
+	shutdownError = &clientError{code: errCodeUndefined, msg: "Server shutting down", outcome: outcomeShutdown, err: errShutdown}
+)
+
 // wait waits in the queue for a slot, unless the queue is full.
 func (s *Server) wait(ctx context.Context) error {
 	if s.queued.Add(1) > int64(s.cfg.MaxQueued) {
 		s.queued.Add(-1)
-		return &clientError{"Server busy, try again later", errBusy}
+		return busyError
 	}
 	s.m.queued.Inc()
 	defer func() {
@@ -413,47 +491,25 @@ func (s *Server) wait(ctx context.Context) error {
 	case s.slots <- struct{}{}:
 		return nil
 	case <-t.C:
-		return &clientError{"Server busy, try again later", errBusy}
+		return busyError
 	case <-ctx.Done():
-		return &clientError{"Server shutting down", errShutdown}
+		return shutdownError
 	}
 }
 
 // openError turns a Source error into the error sent to the client.
-func (s *Server) openError(ctx context.Context, name, client string, err error) error {
+func (s *Server) openError(ctx context.Context, name string, client netip.AddrPort, err error) error {
 	switch {
 	case errors.Is(err, files.ErrNotFound):
-		return &clientError{"File not found", err}
+		return &clientError{code: errCodeNotFound, msg: "File not found", outcome: outcomeNotFound}
 	case errors.Is(err, files.ErrRefused):
 		// Logged at Info: it is what a scan or a misconfigured loader
 		// looks like, and worth seeing without debug logging.
-		s.log.Info("tftp: name refused", "client", client, "file", name, "err", err)
-		return &clientError{"Access violation", err}
+		s.log.Info("tftp: name refused", "client", client.String(), "file", name, "err", err)
+		return &clientError{code: errCodeAccess, msg: "Access violation", outcome: outcomeRefused}
 	case ctx.Err() != nil:
-		return &clientError{"Server shutting down", errShutdown}
+		return shutdownError
 	}
-	s.log.Warn("tftp: open", "client", client, "file", name, "err", err)
-	return &clientError{"Error opening file", errors.Join(errOpen, err)}
-}
-
-// transferReader feeds a file to the library, and fails once the shutdown
-// grace is over so that the library aborts the transfer.
-type transferReader struct {
-	r    *bufio.Reader
-	stop <-chan struct{}
-}
-
-func (t *transferReader) Read(p []byte) (int, error) {
-	select {
-	case <-t.stop:
-		return 0, &clientError{"Server shutting down", errShutdown}
-	default:
-	}
-	n, err := t.r.Read(p)
-	if err != nil && err != io.EOF {
-		// io.EOF is compared with == by the library, so only other
-		// errors are wrapped, for the hook to count them as ours.
-		err = &clientError{"Error reading file", errors.Join(errRead, err)}
-	}
-	return n, err
+	s.log.Warn("tftp: open", "client", client.String(), "file", name, "err", err)
+	return &clientError{code: errCodeUndefined, msg: "Error opening file", outcome: outcomeError, err: err}
 }
