@@ -311,9 +311,20 @@ func (d *Driver) get(t power.Target) (*bmc, error) {
 	return b, nil
 }
 
+// Cipher suites with AES-128 confidentiality (IPMI 2.0 table 22-20): 3
+// (SHA1), 8, 12 (MD5), 17 (SHA256). go-ipmi v0.9.1 flags every packet of an
+// active session as encrypted and authenticated whatever the suite says, so
+// with a suite without encryption the BMC gets mislabelled packets: ipmi_sim
+// drops them (1, 6, 7, 11) or dies (2). Unencrypted suites are also a bad
+// idea on a management network (0 is the well-known no-password hole).
+var allowedCipherSuites = map[int]bool{3: true, 8: true, 12: true, 17: true}
+
 // connect opens a session to b as t says, within ctx. Caller holds b.turn.
 func (d *Driver) connect(ctx context.Context, b *bmc, t power.Target) error {
 	cipher := cipherOf(t)
+	if !allowedCipherSuites[cipher] && d.opts.Version != "1.5" {
+		return fmt.Errorf("%w: cipher suite %d does not encrypt; use 3 (default) or 17, or 8 or 12", power.ErrUnsupported, cipher)
+	}
 	c, err := client.NewClient(b.host, b.port, t.Username, t.Password)
 	if err != nil {
 		return err
@@ -541,9 +552,10 @@ func classify(err error) error {
 		return fmt.Errorf("%w: no answer: %v", power.ErrTimeout, err)
 	}
 	if s := err.Error(); strings.Contains(s, "Open Session failed") && strings.Contains(s, "too short") {
-		// ipmi_sim, and BMCs like it, answer a bare status when every
-		// session slot is taken (refused logins hold one for a while).
-		return fmt.Errorf("%w: the BMC opened no session (all session slots taken?): %v", power.ErrBMC, err)
+		// ipmi_sim, and BMCs like it, answer a bare status when it offers
+		// no such cipher suite or every session slot is taken (refused
+		// logins hold one for a while).
+		return fmt.Errorf("%w: the BMC would not open a session (cipher suite not offered, or all its session slots taken): %v", power.ErrBMC, err)
 	}
 	var rerr *types.ResponseError
 	if errors.As(err, &rerr) {

@@ -478,6 +478,41 @@ func TestBMCRefuses(t *testing.T) {
 	}
 }
 
+// Cipher suites: 3 works on ipmi_sim; an unencrypted suite is refused
+// before anything is sent (go-ipmi would send mislabelled packets, which
+// kill ipmi_sim with suite 2); a suite the BMC lacks (17 on ipmi_sim) is a
+// clear BMC error.
+func TestCipherSuites(t *testing.T) {
+	needSim(t)
+	sim := ipmisim.Start(t, ipmisim.Options{})
+	d := newDriver(t, Options{})
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		suite int
+		want  error
+	}{
+		{0, nil}, {3, nil}, {1, power.ErrUnsupported}, {2, power.ErrUnsupported}, {17, power.ErrBMC},
+	} {
+		tg := target(sim)
+		tg.CipherSuite = tc.suite
+		opened := d.Stats().Opened
+		_, err := d.Status(ctx, tg)
+		if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("cipher suite %d: %v, want %v", tc.suite, err, tc.want)
+		}
+		if tc.want == power.ErrUnsupported && d.Stats().Opened != opened {
+			t.Errorf("cipher suite %d: a session was attempted", tc.suite)
+		}
+		if tc.suite == 17 && err != nil && !strings.Contains(err.Error(), "cipher suite") {
+			t.Errorf("cipher suite 17: error does not point at the suite: %v", err)
+		}
+	}
+	// The BMC survived all of it.
+	if out, err := sim.Ipmitool(ctx, "chassis", "power", "status"); err != nil {
+		t.Fatalf("simulator after the cipher suite tests: %q, %v", out, err)
+	}
+}
+
 // The address forms a machine's BMC field may hold.
 func TestSplitAddr(t *testing.T) {
 	for _, tc := range []struct {
