@@ -213,7 +213,7 @@ func TestWrongPassword(t *testing.T) {
 func TestRefusalExpires(t *testing.T) {
 	needSim(t)
 	sim := ipmisim.Start(t, ipmisim.Options{})
-	d := newDriver(t, Options{AuthRetryAfter: 500 * time.Millisecond})
+	d := newDriver(t, Options{AuthRetryAfter: 2 * time.Second})
 	ctx := testCtx(t)
 	bad := target(sim)
 	bad.Password = "nope"
@@ -223,7 +223,7 @@ func TestRefusalExpires(t *testing.T) {
 	}
 	opened := d.Stats().Opened
 	start := time.Now()
-	for time.Since(start) < 400*time.Millisecond {
+	for time.Since(start) < time.Second {
 		if _, err := d.Status(ctx, bad); !errors.Is(err, power.ErrAuth) || !strings.Contains(err.Error(), "not asking again") {
 			t.Fatalf("within AuthRetryAfter: %v", err)
 		}
@@ -232,7 +232,7 @@ func TestRefusalExpires(t *testing.T) {
 	if d.Stats().Opened != opened {
 		t.Fatalf("the BMC was asked again within AuthRetryAfter: %+v", d.Stats())
 	}
-	time.Sleep(time.Until(start.Add(600 * time.Millisecond)))
+	time.Sleep(time.Until(start.Add(2500 * time.Millisecond)))
 	if _, err := d.Status(ctx, bad); !errors.Is(err, power.ErrAuth) || strings.Contains(err.Error(), "not asking again") {
 		t.Fatalf("after AuthRetryAfter the BMC must be asked again: %v", err)
 	}
