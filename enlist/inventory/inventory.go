@@ -39,6 +39,12 @@ func Collect(fsys fs.FS, arch string) (inv enlist.Inventory, warnings []error, e
 	if err != nil {
 		return inv, nil, err
 	}
+	return CollectNICs(fsys, arch, nics)
+}
+
+// CollectNICs is Collect with the network interfaces already chosen (see
+// NamedNICs).
+func CollectNICs(fsys fs.FS, arch string, nics []NIC) (inv enlist.Inventory, warnings []error, err error) {
 	if len(nics) == 0 {
 		return inv, nil, errors.New("no physical network interface found in /sys/class/net (are the NIC drivers loaded?)")
 	}
@@ -112,6 +118,26 @@ func NICs(fsys fs.FS) ([]NIC, error) {
 		out = append(out, NIC{Name: e.Name(), MAC: mac})
 	}
 	slices.SortFunc(out, func(a, b NIC) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// NamedNICs returns the interfaces with these names that have a usable
+// MAC, physical or not, in the order given: for machines whose NIC the
+// kernel shows as virtual, and for tests in network namespaces (veth).
+func NamedNICs(fsys fs.FS, names []string) ([]NIC, error) {
+	var out []NIC
+	for _, name := range names {
+		if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+			return nil, fmt.Errorf("interface name %q is not one", name)
+		}
+		addr, err := readTrim(fsys, path.Join("sys/class/net", name, "address"))
+		if err != nil {
+			continue // not there (yet)
+		}
+		if mac, ok := ParseMAC(addr); ok {
+			out = append(out, NIC{Name: name, MAC: mac})
+		}
+	}
 	return out, nil
 }
 

@@ -176,3 +176,25 @@ func TestBootMAC(t *testing.T) {
 		}
 	}
 }
+
+func TestNamedNICs(t *testing.T) {
+	fsys := os.DirFS("testdata/qemu")
+	got, err := NamedNICs(fsys, []string{"br0", "missing", "ens3", "lo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// br0 is virtual but named; lo has no usable MAC; missing is skipped.
+	want := []NIC{{"br0", "52:54:00:99:99:99"}, {"ens3", "52:54:00:12:34:56"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("NamedNICs = %v, want %v", got, want)
+	}
+	for _, bad := range []string{"../x", "", ".."} {
+		if _, err := NamedNICs(fsys, []string{bad}); err == nil {
+			t.Errorf("name %q accepted", bad)
+		}
+	}
+	inv, _, err := CollectNICs(fsys, "amd64", want)
+	if err != nil || !reflect.DeepEqual(inv.MACs, []string{"52:54:00:99:99:99", "52:54:00:12:34:56"}) {
+		t.Errorf("CollectNICs: %v %v", inv.MACs, err)
+	}
+}

@@ -10,7 +10,8 @@
 // Usage (all flags optional on a machine booted by rackd):
 //
 //	enlist [-url URL] [-modules FILE] [-dhcp=true] [-dhcp-timeout 30s]
-//	       [-nic-wait 15s] [-tries 0] [-retry-max 30s] [-attempt-timeout 15s] [-dry-run]
+//	       [-nic-wait 15s] [-tries 0] [-retry-max 30s] [-attempt-timeout 15s]
+//	       [-interfaces eth0,eth1] [-dry-run]
 package main
 
 import (
@@ -74,6 +75,7 @@ type options struct {
 	retryMax       time.Duration
 	attemptTimeout time.Duration
 	dryRun         bool
+	interfaces     []string
 }
 
 // run is the whole program. It prints progress and, at the end, exactly one
@@ -103,6 +105,15 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fl.DurationVar(&o.retryMax, "retry-max", enlist.DefaultBackoff.Max, "longest pause between attempts (jittered)")
 	fl.DurationVar(&o.attemptTimeout, "attempt-timeout", enlist.DefaultBackoff.Attempt, "time one request to rackd may take")
 	fl.BoolVar(&o.dryRun, "dry-run", false, "say what would be done, but neither reboot nor power off")
+	fl.Func("interfaces", "comma-separated interfaces to use, physical or not (default: every physical one)", func(s string) error {
+		o.interfaces = nil
+		for n := range strings.SplitSeq(s, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				o.interfaces = append(o.interfaces, n)
+			}
+		}
+		return nil
+	})
 	if err := fl.Parse(args); err != nil {
 		return o, err
 	}
@@ -138,7 +149,7 @@ func run1(ctx context.Context, args []string, sys system, say func(string, ...an
 
 	loadModules(sys, o.modulesFile, cmdline, say)
 
-	nics, err := waitNICs(ctx, sys, o.nicWait)
+	nics, err := waitNICs(ctx, sys, o.nicWait, o.interfaces)
 	if err != nil {
 		return err
 	}
@@ -160,7 +171,7 @@ func run1(ctx context.Context, args []string, sys system, say func(string, ...an
 		}
 	}
 
-	inv, warnings, err := inventory.Collect(sys.root, sys.arch)
+	inv, warnings, err := inventory.CollectNICs(sys.root, sys.arch, nics)
 	if err != nil {
 		return fmt.Errorf("inventory: %w", err)
 	}
@@ -205,7 +216,7 @@ func run1(ctx context.Context, args []string, sys system, say func(string, ...an
 	default:
 		final = enlist.MarkerKnown + who.State + "), " + action.Doing()
 	}
-	say("done in %s", time.Since(start).Round(100*time.Millisecond))
+	say("done in %s", time.Since(start).Round(time.Millisecond))
 	fmt.Fprintln(sys.stdout, final)
 	if o.dryRun {
 		say("dry run: not acting")
@@ -289,10 +300,13 @@ const nicPoll = 200 * time.Millisecond
 
 // waitNICs polls /sys/class/net until a physical interface shows up:
 // drivers create their interfaces a moment after they load.
-func waitNICs(ctx context.Context, sys system, wait time.Duration) ([]inventory.NIC, error) {
+func waitNICs(ctx context.Context, sys system, wait time.Duration, names []string) ([]inventory.NIC, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		nics, err := inventory.NICs(sys.root)
+		if len(names) > 0 {
+			nics, err = inventory.NamedNICs(sys.root, names)
+		}
 		if err == nil && len(nics) > 0 {
 			return nics, nil
 		}

@@ -213,3 +213,21 @@ func TestRunPowerFails(t *testing.T) {
 		t.Errorf("console:\n%s", h.out.String())
 	}
 }
+
+func TestRunNamedInterfaces(t *testing.T) {
+	ln, url := listen(t)
+	a, serve := startRackd(t, ln, nil)
+	serve()
+	root := machineFS("rackd.url=" + url)
+	root["sys/class/net/veth0/address"] = &fstest.MapFile{Data: []byte("52:54:00:00:10:09\n")} // no device: virtual
+	var h harness
+	if err := run(t.Context(), []string{"-interfaces", "veth0"}, h.system(root)); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := strings.CutPrefix(lastLine(h.out.String()), enlist.MarkerEnlisted)
+	id, _ = strings.CutSuffix(id, ", "+enlist.SuffixPowerOff)
+	m, err := a.Store().Machine(id)
+	if err != nil || strings.Join(m.MACs, " ") != "52:54:00:00:10:09" {
+		t.Fatalf("machine %+v %v\n%s", m, err, h.out.String())
+	}
+}
