@@ -63,6 +63,8 @@ func startRackd(ctx context.Context, sims []*ipmisim.Sim) (*rackd, error) {
 	defer logf.Close()
 	cmd := exec.Command(bin, "serve", "--config", cfg, "--state-dir", state, "--listen", addr, "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// Dies with the benchmark, should that be killed before its cleanup.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err

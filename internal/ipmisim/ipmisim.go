@@ -350,8 +350,10 @@ func (s *Sim) start() error {
 	defer logf.Close()
 	cmd.Stdin = nil // /dev/null; -n because it is not a tty
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, so a Ctrl-C on the test does not race our cleanup.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so a Ctrl-C on the test does not race our
+	// cleanup; and it dies with the test process should that be killed
+	// before its cleanup runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("ipmi_sim: %w", err)
 	}
