@@ -32,6 +32,10 @@ import (
 	"rackd/power"
 )
 
+// maxSessionAge keeps a session clear of go-ipmi's keep-alive, which fires
+// 30 s after Connect and sends on the client without our lock.
+const maxSessionAge = 25 * time.Second
+
 // Defaults for Options.
 const (
 	DefaultTimeout       = 2500 * time.Millisecond
@@ -55,8 +59,9 @@ type Options struct {
 	// expires (ipmi_sim: 63 slots, 30 s), so hammering locks everyone out.
 	AuthRetryAfter time.Duration
 	// SessionMaxAge retires a session this long after it was opened (default
-	// 20 s, below go-ipmi's 30 s keep-alive tick). Idle sessions are closed
-	// on the BMC then too, so we never sit on its few session slots.
+	// 20 s; at most 25 s, below go-ipmi's 30 s keep-alive tick, leaving room
+	// for a command in flight). Idle sessions are closed on the BMC at 3/4 of
+	// it, so we never sit on its few session slots.
 	SessionMaxAge time.Duration
 	// Version forces "1.5" or "2.0"; empty asks the BMC and prefers 2.0.
 	Version string
@@ -122,6 +127,7 @@ func New(opts Options) *Driver {
 	if opts.SessionMaxAge <= 0 {
 		opts.SessionMaxAge = DefaultSessionMaxAge
 	}
+	opts.SessionMaxAge = min(opts.SessionMaxAge, maxSessionAge)
 	if opts.AuthRetryAfter <= 0 {
 		opts.AuthRetryAfter = 10 * time.Second
 	}
