@@ -18,8 +18,9 @@
 //	sim.Hang(); ...; sim.Resume()                // SIGSTOP / SIGCONT: a hung BMC
 //	sim.Restart()                                // a BMC reboot; power state survives
 //
-// Facts and pitfalls: ../../../shared/notes/ipmi_sim.md (cipher suite 3, 63
-// session slots, -n and -s are required, readiness needs a real packet).
+// Facts and pitfalls (from the project's shared notes on ipmi_sim): use
+// cipher suite 3; 63 session slots; -n and -s are required; readiness needs
+// a real packet, not a sleep.
 package ipmisim
 
 import (
@@ -52,12 +53,13 @@ type Options struct {
 	// PowerOn is the chassis power state at the first start.
 	PowerOn bool
 	// Machine, when set, is started (in its own session, output in
-	// Dir/machine.log) when the power goes on; the power reads on while it
+	// Dir/hook/machine.log, PID from MachinePID) when the power goes on; the power reads on while it
 	// runs; power off sends its process group SIGTERM, then SIGKILL after
 	// 3 s. Stop and t.Cleanup kill it too. This is ipmi_sim's startcmd done
 	// through the hook, so a test can power a real process (a QEMU VM).
 	Machine []string
-	// OnCmd and OffCmd, when set, run synchronously (output in Dir/hook.log)
+	// OnCmd and OffCmd, when set, run synchronously (output in
+	// Dir/hook/hook.log, with the hook's own record of every get and set)
 	// before the power bit changes; a non-zero exit makes the BMC refuse the
 	// command. With Machine, they run before it is started or stopped.
 	OnCmd, OffCmd []string
@@ -557,6 +559,20 @@ func (s *Sim) Power() (bool, error) {
 func (s *Sim) BootDevice() (string, error) {
 	b, err := os.ReadFile(filepath.Join(s.Dir, "hook", "boot"))
 	return strings.TrimSpace(string(b)), err
+}
+
+// MachinePID is the PID of the running Options.Machine process, 0 when it
+// does not run.
+func (s *Sim) MachinePID() int {
+	b, err := os.ReadFile(filepath.Join(s.Dir, "hook", "machine.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 || syscall.Kill(pid, 0) != nil {
+		return 0
+	}
+	return pid
 }
 
 // HookLog is what the hook recorded (every get and set, with times).

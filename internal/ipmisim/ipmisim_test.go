@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -146,11 +147,10 @@ func TestSimMachineAndHooks(t *testing.T) {
 	if _, err := s.Ipmitool(ctx(t), "chassis", "power", "on"); err != nil {
 		t.Fatal(err)
 	}
-	pidb, err := os.ReadFile(filepath.Join(s.Dir, "hook", "machine.pid"))
-	if err != nil {
-		t.Fatalf("no machine pid: %v", err)
+	if s.MachinePID() == 0 {
+		t.Fatal("power on started no machine")
 	}
-	pid := strings.TrimSpace(string(pidb))
+	pid := strconv.Itoa(s.MachinePID())
 	// setsid execs the machine in place (same PID); it may not have yet.
 	var cmdline []byte
 	for range 50 {
