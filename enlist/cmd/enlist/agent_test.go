@@ -156,7 +156,7 @@ func TestRunWaitsForRackd(t *testing.T) {
 		}
 		return ctx.Err()
 	}
-	run(t.Context(), []string{"-attempt-timeout", "300ms"}, sys)
+	run(t.Context(), []string{"-attempt-timeout", "300ms", "-tries", "30"}, sys)
 	out := h.out.String()
 	final := lastLine(out)
 	if !strings.HasPrefix(final, enlist.MarkerEnlisted) || !strings.HasSuffix(final, ", "+enlist.SuffixReboot) {
