@@ -329,11 +329,13 @@ func (s *Server) readLoop(ctx context.Context, conn *net.UDPConn) error {
 		}
 		dst, ifindex := parsePktInfo(oob[:oobn])
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.handle(ctx, req, from, dst, ifindex, received)
-		}()
+		if rest := s.begin(ctx, req, from, dst, ifindex, received); rest != nil {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				rest()
+			}()
+		}
 	}
 }
 
@@ -359,37 +361,52 @@ func (e *clientError) Error() string {
 }
 func (e *clientError) Unwrap() error { return e.err }
 
-// handle answers one request.
-func (s *Server) handle(ctx context.Context, req request, client netip.AddrPort, dst netip.Addr, ifindex int, received time.Time) {
+// begin answers a request up to its first packet, on the read loop's
+// goroutine, and returns the rest of the work, to run on a goroutine of its
+// own (nil when there is none). Done inline, a config's answer does not
+// wait behind the goroutines of running transfers for a turn on a CPU
+// (under a boot storm there are dozens, each sending a window per turn):
+// that wait made most of its latency. The work inline is short: the
+// transfer's socket, the Source's Open (a render from the store for a
+// config) and one send. Files that need a transfer slot (larger than
+// SmallFileSize) are opened inline too, so that "not found" is answered at
+// once, and go on a goroutine from there: a slot may have to be waited for.
+func (s *Server) begin(ctx context.Context, req request, client netip.AddrPort, dst netip.Addr, ifindex int, received time.Time) func() {
 	if !s.claim(client) {
 		// A retransmitted request of a transfer we are already
 		// handling (queued, most likely): the first one answers it.
 		s.m.duplicates.Inc()
 		s.log.Debug("tftp: retransmitted request ignored", "client", client.String(), "file", req.filename)
-		return
+		return nil
 	}
-	defer s.unclaim(client)
 	t := &transfer{s: s, req: req, client: client, start: received}
-	defer t.close()
+	done := func() {
+		t.close()
+		s.unclaim(client)
+	}
 	if err := t.dial(dst, ifindex); err != nil {
 		s.m.outcome(outcomeError)
 		s.log.Warn("tftp: transfer socket", "client", client.String(), "file", req.filename, "err", err)
-		return
+		done()
+		return nil
 	}
 	switch {
 	case req.op == opWRQ:
 		t.fail(&clientError{code: errCodeAccess, msg: "Access violation: read-only server", outcome: outcomeWriteRefused})
-		return
+		done()
+		return nil
 	case req.mode == "mail":
 		t.fail(&clientError{code: errCodeIllegal, msg: "Illegal TFTP operation: mail mode", outcome: outcomeMalformed})
-		return
+		done()
+		return nil
 	}
 	octx, cancel := context.WithTimeout(ctx, s.cfg.OpenTimeout)
 	f, err := s.src.Open(octx, req.filename)
 	cancel()
 	if err != nil {
 		t.fail(s.openError(ctx, req.filename, client, err))
-		return
+		done()
+		return nil
 	}
 	t.file = f
 	t.size = f.Size()
@@ -397,20 +414,54 @@ func (s *Server) handle(ctx context.Context, req request, client netip.AddrPort,
 	t.rendered = f.ModTime().IsZero()
 
 	if s.cfg.SmallFileSize < 0 || t.size > s.cfg.SmallFileSize {
-		if err := s.acquire(ctx); err != nil {
-			t.fail(err)
-			return
+		return func() {
+			defer done()
+			if err := s.acquire(ctx); err != nil {
+				t.fail(err)
+				return
+			}
+			defer func() { s.running.Add(-1); <-s.slots }() // in this order, so running <= MaxTransfers
+			s.run(t, false)
 		}
-		defer func() { s.running.Add(-1); <-s.slots }() // in this order, so running <= MaxTransfers
 	}
 	if !s.track(t) {
-		t.fail(&clientError{code: errCodeUndefined, msg: "Server shutting down", outcome: outcomeShutdown, err: errShutdown})
-		return
+		t.fail(shutdownError)
+		done()
+		return nil
+	}
+	s.m.inFlight.Inc()
+	if err := t.begin(); err != nil {
+		s.m.inFlight.Dec()
+		s.untrack(t)
+		t.end(err)
+		done()
+		return nil
+	}
+	return func() {
+		defer done()
+		s.run(t, true)
+	}
+}
+
+// run runs transfer t to its end: from its first packet, or after it when
+// begun is set (t tracked and counted in flight already).
+func (s *Server) run(t *transfer, begun bool) {
+	if !begun {
+		if !s.track(t) {
+			t.fail(shutdownError)
+			return
+		}
+		s.m.inFlight.Inc()
 	}
 	defer s.untrack(t)
-	s.m.inFlight.Inc()
 	defer s.m.inFlight.Dec()
-	t.send()
+	if !begun {
+		if err := t.begin(); err != nil {
+			t.end(err)
+			return
+		}
+	}
+	t.end(t.finish())
 }
 
 func (s *Server) track(t *transfer) bool {

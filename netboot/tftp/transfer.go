@@ -45,10 +45,21 @@ type transfer struct {
 	tsize           string // as acknowledged, "" when not asked
 	answered        bool   // the first packet went out
 	datagrams       int    // sent, retransmissions included
-	bytes           int64  // file bytes read into blocks
 	gso             bool   // send windows as one UDP GSO datagram
 	oob             []byte // the GSO control message
 	rbuf            []byte
+	bytes           int64 // file bytes read into blocks
+
+	// The window: its packets in a ring, their lengths, and the block
+	// numbers (absolute, from 1) of the oldest unacknowledged, the next
+	// to read, the next to send, and the last (0: not read yet).
+	r                         io.Reader
+	slab                      []byte
+	lens                      []int
+	pktLen                    int
+	una, next, sendFrom, last uint64
+	w                         *waiter
+	oack                      []byte // until ACK 0 comes back
 }
 
 // dial opens the transfer's socket, from the address the request was sent
@@ -167,9 +178,11 @@ func (t *transfer) negotiate() []byte {
 	return oack
 }
 
-// send runs the transfer to its end and counts its outcome.
-func (t *transfer) send() {
-	defer func() { t.s.m.bytes.Add(float64(t.bytes)) }()
+// begin negotiates and sends the first packet of the answer: the OACK, or
+// the first window of data. It runs on the server's read loop for small
+// files (configs), so that the answer does not wait behind the goroutines
+// of running transfers for a turn on a CPU (see Server.begin).
+func (t *transfer) begin() error {
 	oack := t.negotiate()
 	var src io.Reader = t.file
 	if t.req.mode == "netascii" {
@@ -179,16 +192,66 @@ func (t *transfer) send() {
 	if t.size < int64(buf) && t.req.mode == "octet" {
 		buf = int(t.size) + 1 // bufio's minimum is 16
 	}
-	r := bufio.NewReaderSize(src, buf)
-
+	t.r = bufio.NewReaderSize(src, buf)
+	t.pktLen = 4 + t.blksize
+	t.slab = make([]byte, t.window*t.pktLen) // the window's packets, a ring
+	t.lens = make([]int, t.window)
+	if t.window > 1 && gsoOK.Load() {
+		t.gso, t.oob = true, gsoControl(t.pktLen)
+	}
+	// Block numbers are counted from 1 without limit here; on the wire
+	// they are the low 16 bits, rolling over from 65535 to 0 as
+	// tftp-hpa, atftp and curl expect.
+	t.una, t.next, t.sendFrom = 1, 1, 1
+	t.w = t.newWaiter()
 	if oack != nil {
 		// RFC 2347: the client acknowledges the OACK with ACK 0.
-		if err := t.exchange(oack); err != nil {
-			t.fail(err)
-			return
+		t.oack = oack
+		if err := t.write(oack); err != nil {
+			return sendError(err)
+		}
+		t.w.sent()
+		return nil
+	}
+	return t.pump()
+}
+
+// finish runs the transfer from its first packet to its end.
+func (t *transfer) finish() error {
+	if t.oack != nil {
+		tries := 1
+		for {
+			k, err := t.w.ack(0, 0)
+			if err == errRetransmit {
+				if tries >= t.s.cfg.Retries {
+					return errTimeout
+				}
+				tries++
+				if err := t.write(t.oack); err != nil {
+					return sendError(err)
+				}
+				t.w.sent()
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if k == 0 {
+				break
+			}
+		}
+		t.oack = nil
+		if err := t.pump(); err != nil {
+			return err
 		}
 	}
-	if err := t.data(r); err != nil {
+	return t.data()
+}
+
+// end counts the outcome of a transfer that ran: err nil is success.
+func (t *transfer) end(err error) {
+	t.s.m.bytes.Add(float64(t.bytes))
+	if err != nil {
 		t.fail(err)
 		return
 	}
@@ -200,124 +263,102 @@ func (t *transfer) send() {
 		"datagrams", t.datagrams)
 }
 
-// exchange sends the OACK until ACK 0 comes back.
-func (t *transfer) exchange(oack []byte) error {
-	w := t.newWaiter()
-	for tries := 0; ; tries++ {
-		if tries >= t.s.cfg.Retries {
-			return errTimeout
+// pump reads blocks into the free slots of the window and sends every
+// block of the window not sent yet.
+func (t *transfer) pump() error {
+	win := uint64(t.window)
+	for t.last == 0 && t.next < t.una+win {
+		i := int((t.next - 1) % win)
+		p := t.slab[i*t.pktLen : (i+1)*t.pktLen]
+		n, err := io.ReadFull(t.r, p[4:])
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			t.last = t.next
+		case err != nil:
+			return &clientError{code: errCodeUndefined, msg: "Error reading file", outcome: outcomeError, err: err}
 		}
-		if err := t.write(oack); err != nil {
+		binary.BigEndian.PutUint16(p, opDATA)
+		binary.BigEndian.PutUint16(p[2:], uint16(t.next))
+		t.lens[i] = 4 + n
+		t.bytes += int64(n)
+		t.next++
+	}
+	if t.sendFrom < t.next {
+		if err := t.sendBlocks(t.sendFrom, t.next); err != nil {
 			return sendError(err)
 		}
-		w.sent()
-		for {
-			k, err := w.ack(0, 0)
-			if err == errRetransmit {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if k == 0 {
-				return nil
-			}
-		}
+		t.w.sent()
+		t.sendFrom = t.next
 	}
+	return nil
 }
 
-// data sends the file in blocks, window by window (RFC 7440; a window of 1
-// is RFC 1350's lock step), until the last block is acknowledged.
-func (t *transfer) data(r io.Reader) error {
-	win, blk := t.window, t.blksize
-	pktLen := 4 + blk
-	slab := make([]byte, win*pktLen) // the window's packets, a ring
-	lens := make([]int, win)
-	slot := func(b uint64) []byte {
-		i := int((b - 1) % uint64(win))
-		return slab[i*pktLen : i*pktLen+lens[i]]
-	}
-	if win > 1 && gsoOK.Load() {
-		t.gso, t.oob = true, gsoControl(pktLen)
-	}
-
-	// Block numbers are counted from 1 without limit here; on the wire
-	// they are the low 16 bits, rolling over from 65535 to 0 as tftp-hpa,
-	// atftp and curl expect.
-	una, next, last := uint64(1), uint64(1), uint64(0) // oldest unacknowledged, next to read, final (0: unknown)
-	sendFrom := uint64(1)
-	w := t.newWaiter()
+// data waits for ACKs and sends the file on, window by window (RFC 7440;
+// a window of 1 is RFC 1350's lock step), until the last block is
+// acknowledged.
+func (t *transfer) data() error {
 	tries := 0
 	for {
-		// Shutdown grace over: abort between blocks, when the client
-		// waits for the next one and has no ACK on its way to a socket
-		// about to close (whose ICMP answer would reach the client's
-		// socket as an error before the ERROR packet is read).
-		select {
-		case <-t.s.stop:
-			return shutdownError
-		default:
-		}
-		for last == 0 && next < una+uint64(win) {
-			i := int((next - 1) % uint64(win))
-			p := slab[i*pktLen : (i+1)*pktLen]
-			n, err := io.ReadFull(r, p[4:])
-			switch {
-			case err == io.EOF || err == io.ErrUnexpectedEOF:
-				last = next
-			case err != nil:
-				return &clientError{code: errCodeUndefined, msg: "Error reading file", outcome: outcomeError, err: err}
-			}
-			binary.BigEndian.PutUint16(p, opDATA)
-			binary.BigEndian.PutUint16(p[2:], uint16(next))
-			lens[i] = 4 + n
-			t.bytes += int64(n)
-			next++
-		}
-		if sendFrom < next {
-			if err := t.sendBlocks(slab, pktLen, lens, sendFrom, next, slot); err != nil {
-				return sendError(err)
-			}
-			w.sent()
-			sendFrom = next
-		}
-		k, err := w.ack(una-1, next-1)
+		k, err := t.w.ack(t.una-1, t.next-1)
 		switch {
 		case err == errRetransmit:
 			tries++
 			if tries >= t.s.cfg.Retries {
 				return errTimeout
 			}
-			sendFrom = una
-			continue
+			t.sendFrom = t.una
 		case err != nil:
 			return err
-		}
-		if k >= una {
-			una, tries = k+1, 0
-		} else if win == 1 {
-			// A duplicate ACK in lock step: never answered by a
-			// resend, or every later block goes out twice
+		case k >= t.una:
+			t.una, tries = k+1, 0
+			if t.last != 0 && t.una > t.last {
+				return nil
+			}
+			if k+1 < t.next {
+				// The client has a gap (RFC 7440 section 4):
+				// go on from the block after the one it
+				// acknowledged.
+				t.sendFrom = t.una
+			}
+		case t.window == 1:
+			// A duplicate ACK in lock step: never answered by
+			// a resend, or every later block goes out twice
 			// (RFC 1123 4.2.3.1, the Sorcerer's Apprentice).
 			continue
+		default:
+			// The block before the window again: the client
+			// lost the window's first block.
+			t.sendFrom = t.una
 		}
-		if last != 0 && una > last {
-			return nil
+		// Shutdown grace over: abort between blocks, when the client
+		// waits for the next one and has no ACK on its way to a
+		// socket about to close (whose ICMP answer would reach the
+		// client's socket as an error before the ERROR packet is
+		// read).
+		select {
+		case <-t.s.stop:
+			return shutdownError
+		default:
 		}
-		if k+1 < next {
-			// The client has a gap (RFC 7440 section 4): go on
-			// from the block after the one it acknowledged.
-			sendFrom = una
+		if err := t.pump(); err != nil {
+			return err
 		}
 	}
 }
 
+// slot is block b's packet in the ring.
+func (t *transfer) slot(b uint64) []byte {
+	i := int((b - 1) % uint64(t.window))
+	return t.slab[i*t.pktLen : i*t.pktLen+t.lens[i]]
+}
+
 // sendBlocks sends blocks [from, to) of the ring.
-func (t *transfer) sendBlocks(slab []byte, pktLen int, lens []int, from, to uint64, slot func(uint64) []byte) error {
+func (t *transfer) sendBlocks(from, to uint64) error {
+	slab, pktLen, lens := t.slab, t.pktLen, t.lens
 	win := uint64(len(lens))
 	for from < to {
 		if !t.gso || to-from == 1 {
-			if err := t.write(slot(from)); err != nil {
+			if err := t.write(t.slot(from)); err != nil {
 				return err
 			}
 			from++
@@ -335,7 +376,7 @@ func (t *transfer) sendBlocks(slab []byte, pktLen int, lens []int, from, to uint
 			}
 		}
 		if n == 1 {
-			if err := t.write(slot(from)); err != nil {
+			if err := t.write(t.slot(from)); err != nil {
 				return err
 			}
 			from++
