@@ -106,5 +106,18 @@ bench-ipmi:
 	@bash bench/ipmi/deps.sh
 	$(GO) run ./bench/ipmi $(BENCH_IPMI_FLAGS)
 
+## bench-tftp: MB/s and server CPU per GB of rackd's TFTP vs tftpd-hpa, one client and a
+##   50-client storm, curl (lock step) and atftp asking windowsize (root; network namespaces,
+##   cgroups); flags through BENCH_TFTP_FLAGS, e.g. make bench-tftp BENCH_TFTP_FLAGS='-reps 5'
+.PHONY: bench-tftp bench-bootconf
+bench-tftp:
+	@bash bench/tftp/deps.sh
+	$(GO) run ./bench/tftp $(BENCH_TFTP_FLAGS)
+
+## bench-bootconf: p50/p99 of rackd's per-MAC config answers over TFTP during boot storms (root)
+bench-bootconf:
+	@bash bench/tftp/deps.sh
+	$(GO) run ./bench/tftp -bootconf $(BENCH_BOOTCONF_FLAGS)
+
 clean:
 	rm -rf bin dist
