@@ -181,8 +181,15 @@ func gsoControl(segment int) []byte {
 	return b
 }
 
-// gsoUnsupported tells a refusal of segmentation from a failed send.
-func gsoUnsupported(err error) bool {
-	return errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EIO) ||
-		errors.Is(err, syscall.ENOPROTOOPT) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EMSGSIZE)
+// gsoRefused tells a refusal of segmentation from a failed send:
+// gsoNever when the kernel lacks it, gsoNotHere when this socket's route
+// cannot (a segment larger than its MTU), gsoOther for any other error.
+func gsoRefused(err error) gsoRefusal {
+	switch {
+	case errors.Is(err, syscall.ENOPROTOOPT), errors.Is(err, syscall.EOPNOTSUPP):
+		return gsoNever
+	case errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EIO), errors.Is(err, syscall.EMSGSIZE):
+		return gsoNotHere
+	}
+	return gsoOther
 }

@@ -33,4 +33,4 @@ var gsoOK atomic.Bool
 
 func gsoControl(int) []byte { return nil }
 
-func gsoUnsupported(error) bool { return true }
+func gsoRefused(error) gsoRefusal { return gsoNever }

@@ -375,7 +375,7 @@ func (t *transfer) sendBlocks(from, to uint64) error {
 				break
 			}
 		}
-		if n == 1 {
+		if n <= 1 { // one block, or blocks too large to pack two
 			if err := t.write(t.slot(from)); err != nil {
 				return err
 			}
@@ -385,12 +385,17 @@ func (t *transfer) sendBlocks(from, to uint64) error {
 		end := int(i+n-1)*pktLen + lens[i+n-1]
 		t.sentFirst()
 		if _, _, err := t.conn.WriteMsgUDP(slab[int(i)*pktLen:end], t.oob, nil); err != nil {
-			if !gsoUnsupported(err) {
+			switch gsoRefused(err) {
+			case gsoNever:
+				// The kernel cannot segment: send one by one
+				// from now on, everywhere.
+				gsoOK.Store(false)
+			case gsoNotHere:
+				// This route cannot (an MTU smaller than
+				// the one cached, say): one by one here.
+			default:
 				return err
 			}
-			// The kernel or the route cannot segment: send one by
-			// one from now on, everywhere.
-			gsoOK.Store(false)
 			t.gso = false
 			continue
 		}
@@ -399,6 +404,15 @@ func (t *transfer) sendBlocks(from, to uint64) error {
 	}
 	return nil
 }
+
+// gsoRefusal is what a failed segmented send says about segmentation.
+type gsoRefusal int
+
+const (
+	gsoOther   gsoRefusal = iota // not about segmentation
+	gsoNotHere                   // not on this route
+	gsoNever                     // not in this kernel
+)
 
 // stopWait is how long a transfer woken by the end of the shutdown grace
 // still waits for the ACK of what it sent.

@@ -170,3 +170,28 @@ func TestPeersWindowsize(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowLargeBlocks: windows of blocks too large for two to share one
+// segmented send (loopback allows blksize 65464) go out one by one.
+func TestWindowLargeBlocks(t *testing.T) {
+	fx := newFixture(t)
+	for _, blk := range []int{65464, 30000, 9000} {
+		content := fx.add(t, "f", 3*blk+100)
+		ts := startServer(t, Config{}, bootSource(t, fx, nil))
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		must(t, err)
+		must(t, c.SetReadBuffer(1<<20))
+		p, from := rrq(t, c, ts, "f", "blksize", fmt.Sprint(blk), "windowsize", "4")
+		if want := fmt.Sprintf("\x00\x06blksize\x00%d\x00windowsize\x004\x00", blk); string(p) != want {
+			t.Fatalf("OACK %q, want %q", p, want)
+		}
+		ack(t, c, from, 0)
+		for n := 1; n <= 4; n++ {
+			p, _ = recv(t, c, 5*time.Second)
+			dataBlock(t, p, uint16(n), content[(n-1)*blk:min(n*blk, len(content))])
+		}
+		ack(t, c, from, 4)
+		ts.waitCounter(t, 1, "rackd_tftp_transfers_total", "outcome", "ok")
+		c.Close()
+	}
+}
