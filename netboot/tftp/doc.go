@@ -32,7 +32,8 @@
 //     file's, and tsize is left out.)
 //   - timeout (RFC 2349), 1-255 s, echoed and used as the retransmission
 //     timeout; Config.Timeout otherwise.
-//   - windowsize (RFC 7440), capped at Config.MaxWindowSize: that many
+//   - windowsize (RFC 7440), capped at Config.MaxWindowSize and at 1 MiB
+//     of blocks (the window stays in memory until acknowledged): that many
 //     blocks are sent per ACK. The client acknowledges the last block of a
 //     window, or the last it got in order when one went missing; the server
 //     goes on from the block after the one acknowledged, and resends the

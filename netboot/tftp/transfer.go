@@ -169,7 +169,9 @@ func (t *transfer) negotiate() []byte {
 		oack = appendOption(oack, "timeout", int64(r.timeout))
 	}
 	if r.windowsize > 0 && cfg.MaxWindowSize > 1 {
-		t.window = min(r.windowsize, cfg.MaxWindowSize)
+		// A window is held in memory until acknowledged: at most
+		// maxWindowBytes of it per transfer (16 blocks of 64 KiB).
+		t.window = min(r.windowsize, cfg.MaxWindowSize, max(1, maxWindowBytes/t.blksize))
 		oack = appendOption(oack, "windowsize", int64(t.window))
 	}
 	if len(oack) == 2 {
@@ -413,6 +415,9 @@ const (
 	gsoNotHere                   // not on this route
 	gsoNever                     // not in this kernel
 )
+
+// maxWindowBytes bounds the memory of one transfer's window.
+const maxWindowBytes = 1 << 20
 
 // stopWait is how long a transfer woken by the end of the shutdown grace
 // still waits for the ACK of what it sent.

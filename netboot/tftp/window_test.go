@@ -181,12 +181,13 @@ func TestWindowLargeBlocks(t *testing.T) {
 		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		must(t, err)
 		must(t, c.SetReadBuffer(1<<20))
-		p, from := rrq(t, c, ts, "f", "blksize", fmt.Sprint(blk), "windowsize", "4")
-		if want := fmt.Sprintf("\x00\x06blksize\x00%d\x00windowsize\x004\x00", blk); string(p) != want {
+		p, from := rrq(t, c, ts, "f", "blksize", fmt.Sprint(blk), "windowsize", "64")
+		// 64 asked, 1 MiB of window at most per transfer.
+		if want := fmt.Sprintf("\x00\x06blksize\x00%d\x00windowsize\x00%d\x00", blk, min(64, (1<<20)/blk)); string(p) != want {
 			t.Fatalf("OACK %q, want %q", p, want)
 		}
 		ack(t, c, from, 0)
-		for n := 1; n <= 4; n++ {
+		for n := 1; n <= 4; n++ { // the whole file fits the window
 			p, _ = recv(t, c, 5*time.Second)
 			dataBlock(t, p, uint16(n), content[(n-1)*blk:min(n*blk, len(content))])
 		}
