@@ -9,13 +9,19 @@
 // 10.77.0.1:69, API on 127.0.0.1:5240) and `in.tftpd -L` (tftpd-hpa, on
 // 10.77.0.1:6969, chrooted to the same tree: rackd's <state>/boot), each in a
 // cgroup (v2) of its own, so that a server's CPU is the cgroup's usage_usec,
-// tftpd-hpa's per-transfer children included. Every download is made by
-// curl in the client namespace (blksize 1468: an Ethernet MTU's worth, what
-// firmware asks for; curl cannot ask for RFC 7440 windowsize, and neither
-// server would get it from tftpd-hpa), piped into the bench and checked
-// against the file's SHA-256.
+// tftpd-hpa's per-transfer children included. Downloads are made in the
+// client namespace, blksize 1468 (an Ethernet MTU's worth, what firmware
+// asks for), piped into the bench and checked against the file's SHA-256,
+// by two clients in turn:
 //
-// Repetition by repetition, in alternating order, each server gets
+//   - curl, which cannot ask for RFC 7440 windowsize: lock step, one block
+//     per round trip, with either server;
+//   - atftp asking for windowsize -windowsize (16): rackd grants it,
+//     tftpd-hpa leaves it out of its OACK and serves atftp in lock step,
+//     which is what firmware that asks for windowsize gets from each.
+//
+// Repetition by repetition, in alternating order, for each client each
+// server gets
 //
 //   - single: one client fetching a 64 MiB file;
 //   - storm: -clients clients (50) at once, each fetching a 16 MiB file.
@@ -25,7 +31,8 @@
 // GB is the server cgroup's CPU time during the storm over the GB (10^9
 // bytes) delivered: on two cores the storm saturates the machine, clients
 // taking about half, so the CPU a server spends per byte is the figure that
-// shows its efficiency. The last line has the medians:
+// shows its efficiency. It prints the medians for both clients; the last
+// line has those of atftp asking windowsize (of curl with -windowsize 0):
 //
 //	RESULT tftp_single_mb_s=<n> tftpd_hpa_single_mb_s=<n> storm_mb_s=<n> tftpd_hpa_storm_mb_s=<n> ratio_single=<n> ratio_storm=<n> cpu_s_per_gb=<n> tftpd_hpa_cpu_s_per_gb=<n> cpu_ratio=<tftpd-hpa/rackd>
 //
