@@ -94,6 +94,12 @@ bench-metadata: build
 	@bash bench/metadata/deps.sh
 	$(GO) run ./bench/metadata -rackd bin/rackd $(BENCH_METADATA_FLAGS)
 
+## bench-power: the power queue against 1,000 simulated BMCs (50 ms a command), 5,000 requests
+##   flags through BENCH_POWER_FLAGS, e.g. make bench-power BENCH_POWER_FLAGS='-p 64 -reps 5'
+.PHONY: bench-power
+bench-power:
+	$(GO) run ./bench/power $(BENCH_POWER_FLAGS)
+
 ## bench-deps: install what bench-dhcp drives (perfdhcp, kea-dhcp4, dnsmasq, ip), only when missing
 bench-deps:
 	@bash bench/dhcp/deps.sh

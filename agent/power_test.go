@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,33 @@ func TestPowerAPI(t *testing.T) {
 	}
 	if got := waitPower(t, ta, r.ID); got.State != "done" || got.Who != "bob" {
 		t.Errorf("cycle: %+v", got)
+	}
+
+	// The power series, linted with promtool with the rest.
+	promtool := requirePeer(t, "promtool")
+	deadline := time.Now().Add(10 * time.Second)
+	text := scrape(t, ta)
+	for !strings.Contains(text, `rackd_power_requests_total{action="cycle",outcome="done"} 1`) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // the counter follows the durable write
+		text = scrape(t, ta)
+	}
+	for _, want := range []string{
+		`rackd_power_requests_total{action="on",outcome="done"} 1`,
+		`rackd_power_requests_total{action="cycle",outcome="done"} 1`,
+		`rackd_power_command_duration_seconds_count{action="on",driver="fake"} 1`,
+		`rackd_power_queue_depth 0`,
+		`rackd_power_commands_in_flight 0`,
+		`rackd_power_bmc_errors_total{kind="timeout"} 0`,
+		`rackd_power_drift_total{event="corrected"} 0`,
+		`rackd_power_circuit_breakers_open 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
 	}
 }

@@ -470,9 +470,9 @@ func (s *Store) PowerProgress(ctx context.Context, id string, attempts int, phas
 }
 
 // FinishPower writes a running request's fate: done or failed (with the
-// BMC's error, which also goes into the machine's history). observed, when
-// not "", is the power the queue saw last.
-func (s *Store) FinishPower(ctx context.Context, id string, state PowerRequestState, errText, observed string) (PowerRequest, error) {
+// BMC's error, which also goes into the machine's history) after attempts
+// tries. observed, when not "", is the power the queue saw last.
+func (s *Store) FinishPower(ctx context.Context, id string, state PowerRequestState, attempts int, errText, observed string) (PowerRequest, error) {
 	if state != PowerDone && state != PowerFailed {
 		return PowerRequest{}, fmt.Errorf("store: FinishPower with state %q", state)
 	}
@@ -490,6 +490,9 @@ func (s *Store) FinishPower(ctx context.Context, id string, state PowerRequestSt
 			return errorf(CodeConflict, "power request %s is already %s", id, r.State)
 		}
 		r.State, r.Error = state, errText
+		if attempts > r.Attempts {
+			r.Attempts = attempts
+		}
 		if err := t.putPowerRequest(seq, r); err != nil {
 			return err
 		}

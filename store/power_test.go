@@ -100,10 +100,10 @@ func TestPowerRequestLifecycle(t *testing.T) {
 	if err := s.PowerProgress(ctx, r3.ID, 2, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.FinishPower(ctx, r3.ID, PowerFailed, "bmc timeout", ""); err != nil {
+	if _, err := s.FinishPower(ctx, r3.ID, PowerFailed, 2, "bmc timeout", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.FinishPower(ctx, r3.ID, PowerDone, "", ""); CodeOf(err) != CodeConflict {
+	if _, err := s.FinishPower(ctx, r3.ID, PowerDone, 2, "", ""); CodeOf(err) != CodeConflict {
 		t.Errorf("finishing twice: %v", err)
 	}
 	if open, _ := s.OpenPowerRequests(m.ID); len(open) != 0 {
@@ -143,7 +143,7 @@ func TestPowerPolicyOnTransitions(t *testing.T) {
 			if _, err := s.StartPower(ctx, o.ID, nil); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.FinishPower(ctx, o.ID, PowerDone, "", o.Action.Final()); err != nil {
+			if _, err := s.FinishPower(ctx, o.ID, PowerDone, 1, "", o.Action.Final()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -219,7 +219,7 @@ func TestPowerPolicyWalk(t *testing.T) {
 		for _, o := range open {
 			got = append(got, string(a)+":"+string(o.Action)+o.NextBoot)
 			s.StartPower(ctx, o.ID, nil)
-			if _, err := s.FinishPower(ctx, o.ID, PowerDone, "", o.Action.Final()); err != nil {
+			if _, err := s.FinishPower(ctx, o.ID, PowerDone, 1, "", o.Action.Final()); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -111,7 +111,7 @@ func (q *Queue) command(ctx context.Context, addr, driver, action string, fn fun
 		q.undoProbe(b)
 		return ctx.Err()
 	}
-	if d := time.Until(b.lastStart.Add(q.cfg.MinInterval)); d > 0 && !sleep(ctx, d, nil) {
+	if d := time.Until(b.lastStart.Add(q.cfg.MinInterval)); d > 0 && !sleep(ctx, d, nil, nil) {
 		<-b.gate
 		q.undoProbe(b)
 		return ctx.Err()

@@ -28,7 +28,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -283,7 +286,7 @@ func (q *Queue) run(ctx context.Context, w *worker) {
 		if err != nil {
 			q.log.Error("power queue", "machine", w.id, "err", err)
 			// A store error: back off a little rather than spin.
-			if !sleep(ctx, time.Second, nil) {
+			if !sleep(ctx, time.Second, nil, nil) {
 				break
 			}
 			continue
@@ -311,22 +314,18 @@ func (q *Queue) run(ctx context.Context, w *worker) {
 	q.mu.Unlock()
 }
 
-// sleep waits d; it returns false when ctx ended first, or when cut (not
-// nil) says so after a kick.
-func sleep(ctx context.Context, d time.Duration, cut func() bool, kick ...chan struct{}) bool {
+// sleep waits d; it returns false when ctx ended first, or when a kick
+// arrives and cut (when not nil) says the wait is pointless now.
+func sleep(ctx context.Context, d time.Duration, kick <-chan struct{}, cut func() bool) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	var k chan struct{}
-	if len(kick) > 0 {
-		k = kick[0]
-	}
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-t.C:
 			return true
-		case <-k:
+		case <-kick:
 			if cut != nil && cut() {
 				return false
 			}
@@ -450,17 +449,10 @@ func (q *Queue) execute(ctx context.Context, w *worker, r store.PowerRequest, ne
 }
 
 func (q *Queue) driverNames() string {
-	s := ""
-	for name := range q.drivers {
-		if s != "" {
-			s += ", "
-		}
-		s += name
-	}
-	if s == "" {
+	if len(q.drivers) == 0 {
 		return "none"
 	}
-	return s
+	return strings.Join(slices.Sorted(maps.Keys(q.drivers)), ", ")
 }
 
 func (q *Queue) finish(ctx context.Context, j *job, err error) {
@@ -471,7 +463,7 @@ func (q *Queue) finish(ctx context.Context, j *job, err error) {
 	if err != nil {
 		state, text = store.PowerFailed, err.Error()
 	}
-	r, ferr := q.st.FinishPower(context.WithoutCancel(ctx), j.r.ID, state, text, observed)
+	r, ferr := q.st.FinishPower(context.WithoutCancel(ctx), j.r.ID, state, j.r.Attempts, text, observed)
 	if ferr != nil {
 		q.log.Error("power queue: finish", "request", j.r.ID, "err", ferr)
 		return
@@ -520,7 +512,7 @@ func (j *job) wait(ctx context.Context, d time.Duration) error {
 	if j.newerWants() {
 		return errNewer
 	}
-	if !sleep(ctx, d, j.newerWants, j.w.kick) {
+	if !sleep(ctx, d, j.w.kick, j.newerWants) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -567,18 +559,16 @@ func (j *job) run(ctx context.Context, nextBoot string, resumed bool) error {
 		}
 		var err error
 		switch r.Action {
-		case store.PowerQuery:
+		case store.PowerQuery, store.PowerOn, store.PowerOff:
+			// Tries are recorded when one fails (so GET shows them during
+			// the backoff) and with the request's fate: the happy path
+			// costs no extra commit. A restart re-verifies on and off.
 			r.Attempts++
-			if err = j.progress(ctx, r.Phase); err != nil {
-				return err
+			if r.Action == store.PowerQuery {
+				_, err = j.cmdStatus(ctx)
+			} else {
+				err = j.onOff(ctx, r.Action, nextBoot)
 			}
-			_, err = j.cmdStatus(ctx)
-		case store.PowerOn, store.PowerOff:
-			r.Attempts++
-			if err = j.progress(ctx, r.Phase); err != nil {
-				return err
-			}
-			err = j.onOff(ctx, r.Action, nextBoot)
 		case store.PowerCycle:
 			err = j.cycle(ctx, nextBoot)
 		default:
@@ -588,6 +578,11 @@ func (j *job) run(ctx context.Context, nextBoot string, resumed bool) error {
 			return err
 		}
 		last = err
+		if r.Attempts <= j.q.cfg.Retries && !permanent(err) {
+			if perr := j.progress(ctx, r.Phase); perr != nil {
+				return perr
+			}
+		}
 	}
 }
 
