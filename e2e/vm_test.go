@@ -275,7 +275,9 @@ func probeKVM(t *testing.T, kvm []string) (bool, string) {
 	}
 	img := enlistImage(t)
 	serial := filepath.Join(t.TempDir(), "probe.log")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// The context outlives the probe's own 30 s by a margin, so that
+	// a timeout is reported as such rather than as QEMU killed.
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	args := append(append([]string{}, kvm...), "-m", "512", "-nographic", "-monitor", "none",
 		"-serial", "file:"+serial, "-no-reboot", "-nic", "none",
@@ -304,5 +306,10 @@ func probeKVM(t *testing.T, kvm []string) (bool, string) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return false, "the kernel did not reach the initramfs within 30s"
+	last := "nothing"
+	if b, _ := os.ReadFile(serial); len(b) > 0 {
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		last = fmt.Sprintf("%q", strings.TrimSpace(lines[len(lines)-1]))
+	}
+	return false, fmt.Sprintf("the kernel did not reach the initramfs within 30s (its console's last line: %s)", last)
 }
