@@ -17,6 +17,8 @@ const (
 	CodeNoAvailableMachine Code = "no_available_machine"
 	CodeInvalid            Code = "bad_request"
 	CodeForbidden          Code = "forbidden"
+	// CodeUnauthorized: a credential that proves nothing (phases.go).
+	CodeUnauthorized Code = "unauthorized"
 	// CodeIPInUse: the address is held by someone else (a reservation, a
 	// machine, a live lease, a quarantined squatter).
 	CodeIPInUse Code = "ip_in_use"

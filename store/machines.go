@@ -94,6 +94,9 @@ func (nm *NewMachine) normalize() error {
 			return errorf(CodeInvalid, "invalid tag %q: use letters, digits and . _ : -", t)
 		}
 	}
+	if nm.Power.CipherSuite < 0 || nm.Power.CipherSuite > 17 {
+		return errorf(CodeInvalid, "IPMI cipher suite %d: want 0 (the driver's default) to 17", nm.Power.CipherSuite)
+	}
 	if len(nm.Zone) > 64 {
 		return errorf(CodeInvalid, "zone name too long")
 	}
@@ -345,6 +348,9 @@ type TransitionRequest struct {
 	Reason  string
 	// Image is what a deploy installs (recorded in the event for now).
 	Image string
+	// Erase, on a release, boots the erase environment before the
+	// machine is READY again (see StartRelease).
+	Erase bool
 }
 
 // Transition applies a lifecycle action in one transaction and records it.
@@ -385,12 +391,27 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 			return Machine{}, errorf(CodeForbidden, "only an admin may %s a machine", req.Action)
 		}
 	}
+	return t.transitionMachine(actor, m, req)
+}
+
+// transitionMachine is transition for a machine already read and an actor
+// already allowed.
+func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (Machine, error) {
 	to, err := Next(m.State, req.Action, m.Commissioned)
 	if err != nil {
 		return Machine{}, withMachine(err, m)
 	}
+	if req.Erase && req.Action != ActionRelease {
+		return Machine{}, errorf(CodeInvalid, "erase is only meaningful for a release")
+	}
 	from := m.State
 	m.State, m.StateSince = to, t.now
+	if to == StateReleasing {
+		m.Erase = req.Erase
+	} else if to != from {
+		m.Erase = false
+	}
+	t.syncCredential(&m, from)
 	if req.Action == ActionCommissioningDone {
 		m.Commissioned = true
 	}
@@ -408,7 +429,15 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 	if err := t.applyPowerPolicy(m, from, actor.Name, req.Reason); err != nil {
 		return Machine{}, err
 	}
+	if m.Erase && to == StateReleasing {
+		if err := t.bootForErase(m, actor.Name, req.Reason); err != nil {
+			return Machine{}, err
+		}
+	}
 	reason := req.Reason
+	if req.Erase {
+		reason = strings.TrimSuffix(strings.TrimSpace("erase disks; "+reason), ";")
+	}
 	if req.Image != "" {
 		reason = strings.TrimSpace("image " + req.Image + "; " + reason)
 		reason = strings.TrimSuffix(reason, ";")
@@ -451,6 +480,11 @@ func (s *Store) Expire(ctx context.Context, commissioning, deploying time.Durati
 			case m.State == StateDeploying && deploying > 0 && age > deploying:
 				todo = append(todo, TransitionRequest{Machine: m.ID, Action: ActionDeploymentFailed,
 					Reason: fmt.Sprintf("timeout: deployment did not finish within %s", deploying)})
+			case m.State == StateReleasing && m.Erase && commissioning > 0 && age > commissioning:
+				// The erase environment never reported: the release
+				// completes, and the event says the disks were not erased.
+				todo = append(todo, TransitionRequest{Machine: m.ID, Action: ActionReleaseDone,
+					Reason: fmt.Sprintf("timeout: erase did not finish within %s; released without erasing", commissioning)})
 			}
 			return nil
 		})

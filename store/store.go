@@ -154,6 +154,11 @@ type Options struct {
 	// IPAM tunes address management; zero fields take the defaults of
 	// DefaultIPAM.
 	IPAM IPAMOptions
+	// CredentialKey derives the phase credentials of machines being
+	// commissioned, deployed or erased (phases.go). It must stay outside
+	// the database and the same across restarts; nil draws a random one,
+	// which makes the tokens of machines mid-phase invalid after a restart.
+	CredentialKey []byte
 }
 
 // Store is the rack's database. Its methods are safe for concurrent use.
@@ -172,6 +177,8 @@ type Store struct {
 
 	// powerNotify is told about machines with new power requests.
 	powerNotify atomic.Pointer[func(machine string)]
+	// credKey is Options.CredentialKey (or a random one).
+	credKey []byte
 }
 
 // op is one write waiting for the committer.
@@ -225,7 +232,11 @@ func Open(path string, opts Options) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM),
+	credKey := opts.CredentialKey
+	if len(credKey) == 0 {
+		credKey = newCredentialKey()
+	}
+	s := &Store{db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey,
 		ops: make(chan *op, opts.MaxBatch), stop: make(chan struct{}), stopped: make(chan struct{})}
 	if err := guard(s.migrate); err != nil {
 		db.Close()
@@ -411,6 +422,8 @@ type Tx struct {
 	after []func()
 	// powerKicks lists machines this operation queued power requests for.
 	powerKicks []string
+	// credKey derives phase credentials (phases.go).
+	credKey []byte
 }
 
 // afterCommit runs fn once this operation's outcome is committed.
@@ -577,7 +590,7 @@ func (s *Store) commit(batch []*op) {
 				results[i] = err
 				continue
 			}
-			t := &Tx{tx: btx, now: now, ipam: s.ipam}
+			t := &Tx{tx: btx, now: now, ipam: s.ipam, credKey: s.credKey}
 			err := runOp(o.fn, t)
 			if err != nil && t.dirty {
 				return errReplay
@@ -631,7 +644,7 @@ func (s *Store) commit1(o *op) {
 		return
 	}
 	var result error
-	t := &Tx{now: s.now().UTC(), ipam: s.ipam}
+	t := &Tx{now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey}
 	err := s.db.Update(func(btx *bolt.Tx) error {
 		t.tx = btx
 		result = runOp(o.fn, t)
@@ -668,7 +681,7 @@ func runOp(fn func(*Tx) error, t *Tx) (err error) {
 // view runs fn in a read transaction.
 func (s *Store) view(fn func(*Tx) error) error {
 	return s.db.View(func(btx *bolt.Tx) error {
-		return fn(&Tx{tx: btx, now: s.now().UTC(), ipam: s.ipam})
+		return fn(&Tx{tx: btx, now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey})
 	})
 }
 

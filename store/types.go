@@ -9,6 +9,8 @@ type PowerParams struct {
 	Address  string `json:"address,omitempty"`
 	Username string `json:"username,omitempty"`
 	Password string `json:"password,omitempty"`
+	// CipherSuite is the IPMI 2.0 cipher suite (0: the driver's default).
+	CipherSuite int `json:"cipher_suite,omitempty"`
 }
 
 // Machine is one server of the rack.
@@ -39,6 +41,16 @@ type Machine struct {
 	SystemUUID string `json:"system_uuid,omitempty"`
 	// Inventory is what the machine reported about itself when it enlisted.
 	Inventory *Inventory `json:"inventory,omitempty"`
+	// Credential is the phase credential of a machine whose environment
+	// reports back (COMMISSIONING, DEPLOYING, RELEASING with an erase):
+	// a nonce and the token's hash, never the token (see phases.go).
+	Credential *Credential `json:"credential,omitempty"`
+	// LastReport is the credential (hash) of the last phase report
+	// accepted, so that the same report sent again is answered without
+	// changing anything.
+	LastReport *Credential `json:"last_report,omitempty"`
+	// Erase is set while a release erases the disks first.
+	Erase bool `json:"erase,omitempty"`
 	// Commissioned records that the hardware is known, which decides where
 	// mark-fixed leads.
 	Commissioned bool      `json:"commissioned"`

@@ -1,0 +1,360 @@
+package store
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Phase credentials (issue 7): the commissioning, deployment and erase
+// environments report back to rackd, and those reports change a machine's
+// state, so unlike whoami and enlist they need a credential. One is issued
+// when a machine enters a phase; it is valid for that machine and that
+// phase only, for one report, and dies with the phase (any transition out
+// of it, a success, a failure, a timeout, a release or mark-broken).
+//
+// The token reaches the environment on its kernel command line, which
+// rackd renders on every boot-config request, so rackd must be able to
+// produce it again without keeping it: the token is an HMAC, under a key
+// that lives outside the database (Options.CredentialKey, the agent keeps
+// it in <state dir>/credential.key), of the machine's id, the phase and a
+// random nonce drawn at issue. The record keeps the nonce and the token's
+// SHA-256; a copy of the database (a backup) alone cannot forge a report.
+
+// The phases a credential is issued for.
+const (
+	PhaseCommission = "commission"
+	PhaseDeploy     = "deploy"
+	PhaseErase      = "erase"
+)
+
+// Credential is a machine's current phase credential.
+type Credential struct {
+	Phase  string    `json:"phase"`
+	Nonce  string    `json:"nonce"`
+	Hash   string    `json:"hash"`
+	Issued time.Time `json:"issued"`
+}
+
+// phaseOf is the phase a state's environment runs, "" for none. RELEASING
+// runs the erase environment only when the release asked for an erase.
+func phaseOf(m Machine) string {
+	switch m.State {
+	case StateCommissioning:
+		return PhaseCommission
+	case StateDeploying:
+		return PhaseDeploy
+	case StateReleasing:
+		if m.Erase {
+			return PhaseErase
+		}
+	}
+	return ""
+}
+
+// credentialToken derives the token of a credential.
+func credentialToken(key []byte, id, phase, nonce string) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "\x00" + phase + "\x00" + nonce))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// newCredentialKey makes a key for a store opened without one (tests, tools):
+// tokens then do not survive a restart.
+func newCredentialKey() []byte {
+	k := make([]byte, 32)
+	rand.Read(k)
+	return k
+}
+
+// syncCredential issues a credential when m is in a phase without one (or
+// with one of another phase) and drops it when m is in none. Called by every
+// transition before the record is written.
+func (t *Tx) syncCredential(m *Machine, from State) {
+	phase := phaseOf(*m)
+	if phase == "" {
+		m.Credential = nil
+		return
+	}
+	if m.Credential != nil && m.Credential.Phase == phase && from == m.State {
+		return
+	}
+	b := make([]byte, 16)
+	rand.Read(b)
+	nonce := hex.EncodeToString(b)
+	token := credentialToken(t.credKey, m.ID, phase, nonce)
+	m.Credential = &Credential{Phase: phase, Nonce: nonce, Hash: HashToken(token), Issued: t.now}
+	// A new phase: the last one's report is no longer answered as a replay.
+	m.LastReport = nil
+}
+
+// PhaseToken returns the token of m's current phase credential, "" when it
+// has none. The boot configs put it on the environment's command line.
+func (s *Store) PhaseToken(m Machine) string {
+	if m.Credential == nil {
+		return ""
+	}
+	return credentialToken(s.credKey, m.ID, m.Credential.Phase, m.Credential.Nonce)
+}
+
+// ReportResult says what a phase report did.
+type ReportResult struct {
+	Machine Machine
+	// From is the state the machine left.
+	From State
+	// Action is the transition made.
+	Action Action
+	// Since is when the machine entered the phase it left.
+	Since time.Time
+}
+
+// PhaseReport is an environment's report at the end of its phase.
+type PhaseReport struct {
+	Machine string // id
+	Phase   string
+	Token   string
+	// Error, when not empty, is the environment's own account of a
+	// failure: the machine fails the phase with it as the reason.
+	Error string
+	// Inventory is the commissioning environment's full inventory.
+	Inventory *CommissionInventory
+	// Detail is added to the event's reason on success ("wrote 2 GiB to
+	// vda, sha256 ...").
+	Detail string
+}
+
+// CommissionInventory is what commissioning learns about a machine.
+type CommissionInventory struct {
+	Arch       string
+	MACs       []string
+	CPUCount   int
+	MemoryMB   int
+	SystemUUID string
+	Inventory  Inventory
+}
+
+// ReportActor is the actor of phase reports in events.
+var ReportActor = Actor{Name: "rackd/metadata", Admin: true}
+
+// maxReason bounds the failure text an environment can put into an event.
+const maxReason = 1024
+
+// Report applies a phase report in one transaction: the credential must be
+// the machine's current one for that phase, and it is consumed. A
+// commissioning report stores the inventory and moves the machine to READY,
+// a deployment report to DEPLOYED, an erase report completes the release;
+// a report of failure moves it to FAILED_COMMISSIONING / FAILED_DEPLOYMENT
+// (an erase that failed still completes the release, with the reason: the
+// machine is off and free, and the event says what was not erased).
+//
+// A wrong token for a machine that is in that phase fails the phase with
+// the reason "rejected credential" (an environment that cannot prove itself
+// will not finish) and returns CodeUnauthorized; a token for a machine not
+// in that phase (used already, expired, another machine's) changes nothing
+// and returns CodeUnauthorized.
+func (s *Store) Report(ctx context.Context, r PhaseReport) (ReportResult, error) {
+	var (
+		res   ReportResult
+		kicks []string
+		deny  error
+	)
+	if len(r.Error) > maxReason {
+		r.Error = r.Error[:maxReason]
+	}
+	if len(r.Detail) > maxReason {
+		r.Detail = r.Detail[:maxReason]
+	}
+	var inv *CommissionInventory
+	if r.Inventory != nil {
+		c := *r.Inventory
+		c.MACs = slices.Clone(c.MACs)
+		c.Inventory.Disks = slices.Clone(c.Inventory.Disks)
+		nm := NewMachine{Hostname: "placeholder", Arch: c.Arch, MACs: c.MACs, CPUCount: c.CPUCount, MemoryMB: c.MemoryMB}
+		if c.Arch == "" {
+			nm.Arch = ""
+		}
+		if len(nm.MACs) > 0 || nm.Arch != "" {
+			if err := nm.normalize(); err != nil {
+				return ReportResult{}, err
+			}
+			c.MACs, c.Arch = nm.MACs, nm.Arch
+		}
+		c.SystemUUID = NormalizeSystemUUID(c.SystemUUID)
+		inv = &c
+	}
+	err := s.update(ctx, func(t *Tx) error {
+		res, deny = ReportResult{}, nil
+		t.powerKicks = nil
+		defer func() { kicks = t.powerKicks }()
+		m, err := t.machine(r.Machine)
+		if CodeOf(err) == CodeNotFound {
+			deny = errorf(CodeUnauthorized, "rejected credential: no such machine")
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		got := HashToken(r.Token)
+		if lr := m.LastReport; lr != nil && r.Token != "" && lr.Phase == r.Phase &&
+			subtle.ConstantTimeCompare([]byte(got), []byte(lr.Hash)) == 1 {
+			// The same report again (its answer was lost): answered,
+			// nothing changes.
+			res.Machine = m
+			return nil
+		}
+		phase := phaseOf(m)
+		if phase == "" || phase != r.Phase || m.Credential == nil || m.Credential.Phase != r.Phase {
+			deny = errorf(CodeUnauthorized, "rejected credential: machine %s is %s, not in its %s phase (a credential is used once and dies with its phase)",
+				m.Hostname, m.State, r.Phase)
+			return nil
+		}
+		if r.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(m.Credential.Hash)) != 1 {
+			deny = errorf(CodeUnauthorized, "rejected credential for machine %s (%s phase)", m.Hostname, r.Phase)
+			res, err = t.failPhase(m, "rejected credential: the "+r.Phase+" environment presented a token that is not this machine's")
+			return err
+		}
+		res.From, res.Since = m.State, m.StateSince
+		used := *m.Credential
+		used.Nonce = ""
+		m.LastReport = &used
+		if r.Error != "" {
+			res, err = t.failPhase(m, r.Phase+" failed: "+oneLine(r.Error))
+			return err
+		}
+		reason := ""
+		switch r.Phase {
+		case PhaseCommission:
+			res.Action = ActionCommissioningDone
+			if inv != nil {
+				if err := t.applyInventory(&m, *inv); err != nil {
+					return err
+				}
+			}
+			reason = "commissioning report received"
+		case PhaseDeploy:
+			res.Action = ActionDeploymentDone
+			reason = "image " + m.DeployImage + " written"
+		case PhaseErase:
+			res.Action = ActionReleaseDone
+			reason = "disks erased"
+		}
+		if r.Detail != "" {
+			reason += ": " + oneLine(r.Detail)
+		}
+		res.Machine, err = t.transitionMachine(ReportActor, m, TransitionRequest{Machine: m.ID, Action: res.Action, Reason: reason})
+		return err
+	})
+	if err == nil {
+		s.notifyPower(kicks)
+	}
+	if err != nil {
+		return ReportResult{}, err
+	}
+	return res, deny
+}
+
+// failPhase moves m out of its phase as failed.
+func (t *Tx) failPhase(m Machine, reason string) (ReportResult, error) {
+	res := ReportResult{From: m.State, Since: m.StateSince}
+	switch m.State {
+	case StateCommissioning:
+		res.Action = ActionCommissioningFailed
+	case StateDeploying:
+		res.Action = ActionDeploymentFailed
+	case StateReleasing:
+		// The machine is released all the same; the event keeps the
+		// reason the disks were not erased.
+		res.Action = ActionReleaseDone
+		reason = "erase failed, released anyway: " + reason
+	}
+	var err error
+	res.Machine, err = t.transitionMachine(ReportActor, m, TransitionRequest{Machine: m.ID, Action: res.Action, Reason: reason})
+	return res, err
+}
+
+// applyInventory stores what commissioning found. MACs are added, never
+// removed (an interface that did not come up is still the machine's), and
+// a MAC or system UUID that belongs to another machine is refused.
+func (t *Tx) applyInventory(m *Machine, c CommissionInventory) error {
+	for _, mac := range c.MACs {
+		if id := t.getRaw(bucketMACs, []byte(mac)); id != nil && string(id) != m.ID {
+			return errorf(CodeConflict, "MAC address %s already belongs to machine %s", mac, id)
+		}
+		if !slices.Contains(m.MACs, mac) && len(m.MACs) < 64 {
+			m.MACs = append(m.MACs, mac)
+		}
+	}
+	if c.SystemUUID != "" {
+		if b := t.tx.Bucket(bucketUUIDs); b != nil {
+			if id := b.Get([]byte(c.SystemUUID)); id != nil && string(id) != m.ID {
+				return errorf(CodeConflict, "system UUID %s already belongs to machine %s", c.SystemUUID, id)
+			}
+		}
+		m.SystemUUID = c.SystemUUID
+	}
+	if c.Arch != "" {
+		m.Arch = c.Arch
+	}
+	if c.CPUCount > 0 {
+		m.CPUCount = c.CPUCount
+	}
+	if c.MemoryMB > 0 {
+		m.MemoryMB = c.MemoryMB
+	}
+	inv := c.Inventory
+	m.Inventory = &inv
+	return nil
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// StartRelease is Release with an erase: the machine goes RELEASING with an
+// erase credential, and its power policy boots the erase environment
+// instead of just powering off (see Release for who may).
+func (s *Store) StartRelease(ctx context.Context, actor Actor, idOrName, reason string, erase bool) (Machine, error) {
+	if !erase {
+		return s.Release(ctx, actor, idOrName, reason)
+	}
+	return s.Transition(ctx, actor, TransitionRequest{Machine: idOrName, Action: ActionRelease, Reason: reason, Erase: true})
+}
+
+// describeCredential is for errors and logs: never the token.
+func (c *Credential) String() string {
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s credential issued %s", c.Phase, c.Issued.Format(time.RFC3339))
+}
+
+// bootForErase has a machine released with an erase boot the erase
+// environment: desired power on with next boot PXE, queued after the
+// RELEASING policy's off (the queue folds them to the newest), so that
+// enforcement keeps it on until the erase report completes the release.
+func (t *Tx) bootForErase(m Machine, who, why string) error {
+	ps, err := t.powerStatus(m)
+	if err != nil {
+		return err
+	}
+	ps.Desired, ps.Mode = "on", ModeEnforce
+	if err := t.put(bucketPowerState, []byte(m.ID), ps); err != nil {
+		return err
+	}
+	if m.Power.Driver == "" {
+		return nil
+	}
+	if why == "" {
+		why = "erase before release"
+	} else {
+		why = "erase before release: " + why
+	}
+	_, err = t.enqueuePower(m, PowerAction("on"), "pxe", who, why)
+	return err
+}

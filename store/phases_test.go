@@ -1,0 +1,234 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"rackd/store"
+	"rackd/store/storetest"
+)
+
+func report(s *store.Store, r store.PhaseReport) (store.ReportResult, error) {
+	return s.Report(context.Background(), r)
+}
+
+func TestCredentialIssuedPerPhase(t *testing.T) {
+	s := storetest.New(t)
+	m := create(t, s, store.NewMachine{Hostname: "c1"})
+	if m.Credential != nil || s.PhaseToken(m) != "" {
+		t.Fatalf("NEW machine has a credential: %+v", m.Credential)
+	}
+	m = transition(t, s, admin, m.ID, store.ActionCommission)
+	tok := s.PhaseToken(m)
+	if m.Credential == nil || m.Credential.Phase != store.PhaseCommission || tok == "" {
+		t.Fatalf("COMMISSIONING: credential %+v token %q", m.Credential, tok)
+	}
+	if m.Credential.Hash != store.HashToken(tok) || strings.Contains(m.Credential.Hash, tok) || m.Credential.Nonce == tok {
+		t.Fatalf("the record must keep the hash, never the token: %+v", m.Credential)
+	}
+	// The token is derived, so the boot config renders the same one on
+	// every request...
+	again, _ := s.Machine(m.ID)
+	if s.PhaseToken(again) != tok {
+		t.Fatal("token changed between two reads")
+	}
+	// ...and another machine in the same phase gets another token.
+	m2 := create(t, s, store.NewMachine{Hostname: "c2"})
+	m2 = transition(t, s, admin, m2.ID, store.ActionCommission)
+	if s.PhaseToken(m2) == tok {
+		t.Fatal("two machines share a token")
+	}
+	// A token of one machine is not valid for another, and being wrong
+	// for a machine in its phase fails that phase.
+	_, err := report(s, store.PhaseReport{Machine: m2.ID, Phase: store.PhaseCommission, Token: tok})
+	wantCode(t, err, store.CodeUnauthorized)
+	m2, _ = s.Machine(m2.ID)
+	if m2.State != store.StateFailedCommissioning || m2.Credential != nil {
+		t.Fatalf("after a rejected credential: %s %+v", m2.State, m2.Credential)
+	}
+	if e := lastEvent(t, s, m2.ID); !strings.Contains(e.Reason, "rejected credential") {
+		t.Fatalf("event %+v", e)
+	}
+}
+
+func TestCommissionReport(t *testing.T) {
+	s := storetest.New(t)
+	m := create(t, s, store.NewMachine{Hostname: "c1", MACs: []string{"52:54:00:aa:00:01"}})
+	m = transition(t, s, admin, m.ID, store.ActionCommission)
+	tok := s.PhaseToken(m)
+	inv := &store.CommissionInventory{Arch: "amd64", MACs: []string{"52:54:00:AA:00:01", "52:54:00:aa:00:02"},
+		CPUCount: 2, MemoryMB: 1024, SystemUUID: "5C7A1F2E-0B3D-4E5F-8A9B-0C1D2E3F4A5B",
+		Inventory: store.Inventory{Vendor: "QEMU", Disks: []store.Disk{{Name: "vda", SizeBytes: 1 << 30}}}}
+	// The right token for the wrong phase changes nothing.
+	before := snap(t, s)
+	_, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseDeploy, Token: tok})
+	wantCode(t, err, store.CodeUnauthorized)
+	before.mustEqual(t, snap(t, s))
+
+	res, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseCommission, Token: tok, Inventory: inv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.Machine
+	if got.State != store.StateReady || !got.Commissioned || got.Credential != nil || res.Action != store.ActionCommissioningDone ||
+		res.From != store.StateCommissioning || got.CPUCount != 2 || got.MemoryMB != 1024 || len(got.MACs) != 2 ||
+		got.SystemUUID != "5c7a1f2e-0b3d-4e5f-8a9b-0c1d2e3f4a5b" || got.Inventory == nil || got.Inventory.Disks[0].Name != "vda" {
+		t.Fatalf("after the report: %+v (res %+v)", got, res)
+	}
+	// Sent again (an answer lost on the way back): same answer, no change.
+	before = snap(t, s)
+	res, err = report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseCommission, Token: tok, Inventory: inv})
+	if err != nil || res.Action != "" || res.Machine.State != store.StateReady {
+		t.Fatalf("replay: %+v %v", res, err)
+	}
+	before.mustEqual(t, snap(t, s))
+	// Used once: the next commissioning has a new token, the old one is
+	// refused (and, being wrong for a machine in its phase, fails it).
+	m = transition(t, s, admin, m.ID, store.ActionCommission)
+	if s.PhaseToken(m) == tok {
+		t.Fatal("re-commissioning reuses the token")
+	}
+	_, err = report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseCommission, Token: tok})
+	wantCode(t, err, store.CodeUnauthorized)
+}
+
+func TestCommissionReportFailure(t *testing.T) {
+	s := storetest.New(t)
+	m := create(t, s, store.NewMachine{Hostname: "c1"})
+	m = transition(t, s, admin, m.ID, store.ActionCommission)
+	res, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseCommission, Token: s.PhaseToken(m),
+		Error: "no disks\nfound"})
+	if err != nil || res.Machine.State != store.StateFailedCommissioning || res.Action != store.ActionCommissioningFailed {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if e := lastEvent(t, s, m.ID); e.Reason != "commission failed: no disks found" || e.Actor != store.ReportActor.Name {
+		t.Fatalf("event %+v", e)
+	}
+}
+
+func TestCredentialExpiresWithPhase(t *testing.T) {
+	s := storetest.New(t)
+	m := ready(t, s, "d1")
+	allocate(t, s, admin, "d1", "a")
+	m, err := s.Transition(context.Background(), admin, store.TransitionRequest{Machine: m.ID, Action: store.ActionDeploy, Image: "raw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := s.PhaseToken(m)
+	if m.Credential == nil || m.Credential.Phase != store.PhaseDeploy {
+		t.Fatalf("DEPLOYING credential %+v", m.Credential)
+	}
+	m = transition(t, s, admin, m.ID, store.ActionMarkBroken)
+	if m.Credential != nil || s.PhaseToken(m) != "" {
+		t.Fatalf("credential outlived the phase: %+v", m.Credential)
+	}
+	before := snap(t, s)
+	_, err = report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseDeploy, Token: tok})
+	wantCode(t, err, store.CodeUnauthorized)
+	before.mustEqual(t, snap(t, s))
+	_, err = report(s, store.PhaseReport{Machine: "m-nosuchmachine", Phase: store.PhaseDeploy, Token: tok})
+	wantCode(t, err, store.CodeUnauthorized)
+}
+
+func TestDeployReport(t *testing.T) {
+	for _, tc := range []struct {
+		name, err string
+		want      store.State
+	}{
+		{"success", "", store.StateDeployed},
+		{"failure", "sha256 mismatch: got 00, want 11", store.StateFailedDeployment},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := storetest.New(t)
+			m := ready(t, s, "d1")
+			allocate(t, s, admin, "d1", "a")
+			m, err := s.Transition(context.Background(), admin, store.TransitionRequest{Machine: m.ID, Action: store.ActionDeploy, Image: "raw"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseDeploy, Token: s.PhaseToken(m),
+				Error: tc.err, Detail: "wrote 1 MiB to vda"})
+			if err != nil || res.Machine.State != tc.want || res.Machine.Credential != nil {
+				t.Fatalf("%+v %v", res, err)
+			}
+			e := lastEvent(t, s, m.ID)
+			if tc.err != "" && e.Reason != "deploy failed: "+tc.err || tc.err == "" && e.Reason != "image raw written: wrote 1 MiB to vda" {
+				t.Fatalf("event %+v", e)
+			}
+			// A failed deployment keeps its owner and may be retried
+			// with a fresh credential.
+			if tc.err != "" {
+				m = transition(t, s, admin, m.ID, store.ActionDeploy)
+				if m.State != store.StateDeploying || m.Credential == nil || m.Owner == "" {
+					t.Fatalf("retry: %+v", m)
+				}
+			}
+		})
+	}
+}
+
+func TestEraseRelease(t *testing.T) {
+	s := storetest.New(t)
+	m := ready(t, s, "e1")
+	allocate(t, s, admin, "e1", "a")
+	m, err := s.StartRelease(context.Background(), admin, m.ID, "done with it", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.State != store.StateReleasing || !m.Erase || m.Credential == nil || m.Credential.Phase != store.PhaseErase {
+		t.Fatalf("erase release: %+v", m)
+	}
+	ps, err := s.MachinePower(m)
+	if err != nil || ps.Desired != "on" {
+		t.Fatalf("erase wants the machine on: %+v %v", ps, err)
+	}
+	res, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseErase, Token: s.PhaseToken(m), Detail: "vda"})
+	if err != nil || res.Machine.State != store.StateReady || res.Machine.Erase || res.Machine.Credential != nil {
+		t.Fatalf("%+v %v", res, err)
+	}
+	ps, _ = s.MachinePower(res.Machine)
+	if ps.Desired != "off" {
+		t.Fatalf("READY after erase: desired %q", ps.Desired)
+	}
+	// A plain release has no erase phase.
+	allocate(t, s, admin, "e1", "a")
+	m, err = s.StartRelease(context.Background(), admin, m.ID, "", false)
+	if err != nil || m.Erase || m.Credential != nil {
+		t.Fatalf("plain release: %+v %v", m, err)
+	}
+	// Erase belongs to releases only.
+	_, err = s.Transition(context.Background(), admin, store.TransitionRequest{Machine: m.ID, Action: store.ActionReleaseDone, Erase: true})
+	wantCode(t, err, store.CodeInvalid)
+}
+
+func TestEraseTimeout(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		now = time.Date(2025, 5, 1, 7, 36, 0, 0, time.UTC)
+	)
+	s := storetest.New(t, func(o *store.Options) {
+		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	m := ready(t, s, "e1")
+	allocate(t, s, admin, "e1", "a")
+	m, err := s.StartRelease(context.Background(), admin, m.ID, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := s.PhaseToken(m)
+	mu.Lock()
+	now = now.Add(2 * time.Hour)
+	mu.Unlock()
+	expired, err := s.Expire(context.Background(), time.Hour, 0)
+	if err != nil || len(expired) != 1 || expired[0].State != store.StateReady || expired[0].Credential != nil {
+		t.Fatalf("%+v %v", expired, err)
+	}
+	if e := lastEvent(t, s, m.ID); !strings.Contains(e.Reason, "released without erasing") {
+		t.Fatalf("event %+v", e)
+	}
+	_, err = report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseErase, Token: tok})
+	wantCode(t, err, store.CodeUnauthorized)
+}
