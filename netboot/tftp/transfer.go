@@ -300,6 +300,14 @@ func (t *transfer) pump() error {
 // acknowledged.
 func (t *transfer) data() error {
 	tries := 0
+	// resent: the blocks from una on were sent again since una last
+	// moved. A client that lost a block ACKs the one before it, and
+	// firmware (EDK2) does so for every later block of the window that
+	// arrives out of order: answering each of those ACKs with the window
+	// again would multiply every loss (the windowed Sorcerer's
+	// Apprentice). One resend per position answers them all; if that is
+	// lost too, the timeout resends.
+	resent := false
 	for {
 		k, err := t.w.ack(t.una-1, t.next-1)
 		switch {
@@ -308,11 +316,11 @@ func (t *transfer) data() error {
 			if tries >= t.s.cfg.Retries {
 				return errTimeout
 			}
-			t.sendFrom = t.una
+			t.sendFrom, resent = t.una, true
 		case err != nil:
 			return err
 		case k >= t.una:
-			t.una, tries = k+1, 0
+			t.una, tries, resent = k+1, 0, false
 			if t.last != 0 && t.una > t.last {
 				return nil
 			}
@@ -320,17 +328,18 @@ func (t *transfer) data() error {
 				// The client has a gap (RFC 7440 section 4):
 				// go on from the block after the one it
 				// acknowledged.
-				t.sendFrom = t.una
+				t.sendFrom, resent = t.una, true
 			}
-		case t.window == 1:
-			// A duplicate ACK in lock step: never answered by
-			// a resend, or every later block goes out twice
-			// (RFC 1123 4.2.3.1, the Sorcerer's Apprentice).
+		case t.window == 1 || resent:
+			// A duplicate ACK in lock step, or one already
+			// answered: never answered by a resend, or every later
+			// block goes out twice (RFC 1123 4.2.3.1, the
+			// Sorcerer's Apprentice).
 			continue
 		default:
 			// The block before the window again: the client
 			// lost the window's first block.
-			t.sendFrom = t.una
+			t.sendFrom, resent = t.una, true
 		}
 		// Shutdown grace over: abort between blocks, when the client
 		// waits for the next one and has no ACK on its way to a

@@ -196,3 +196,42 @@ func TestWindowLargeBlocks(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestWindowLossOnce: a client that loses a block and, as EDK2's does,
+// acknowledges the block before it once for every later block of the window
+// that arrives out of order, gets the rest of the window once, not once per
+// ACK.
+func TestWindowLossOnce(t *testing.T) {
+	fx := newFixture(t)
+	content := fx.add(t, "f", 7*512+10) // blocks 1-7 full, 8 short
+	block := func(n int) []byte { return content[(n-1)*512 : min(n*512, len(content))] }
+	ts := startServer(t, Config{Timeout: 2 * time.Second}, bootSource(t, fx, nil))
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	must(t, err)
+	defer c.Close()
+	_, from := rrq(t, c, ts, "f", "windowsize", "4")
+	ack(t, c, from, 0)
+	for n := 1; n <= 4; n++ {
+		p, _ := recv(t, c, 5*time.Second)
+		dataBlock(t, p, uint16(n), block(n))
+	}
+	// Block 2 "lost": 3 and 4 came out of order, each acked with 1.
+	ack(t, c, from, 1)
+	ack(t, c, from, 1)
+	for n := 2; n <= 5; n++ {
+		p, _ := recv(t, c, 5*time.Second)
+		dataBlock(t, p, uint16(n), block(n))
+	}
+	// Nothing more until the client speaks (the timeout is 2s).
+	must(t, c.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
+	if n, _, err := c.ReadFromUDP(make([]byte, 1024)); err == nil {
+		t.Fatalf("a second resend for the duplicate ACK: %d bytes", n)
+	}
+	ack(t, c, from, 5)
+	for n := 6; n <= 8; n++ {
+		p, _ := recv(t, c, 5*time.Second)
+		dataBlock(t, p, uint16(n), block(n))
+	}
+	ack(t, c, from, 8)
+	ts.waitCounter(t, 1, "rackd_tftp_transfers_total", "outcome", "ok")
+}
