@@ -35,7 +35,8 @@
 // loudly rather than losing meaning; every field added later is optional,
 // so older manifests keep importing. Paths are clean, relative and
 // slash-separated, without "..". Roles are kernel, initrd (loaded in the
-// listed order), image and bootloader; sizes are 0 to MaxFileSize bytes.
+// listed order), image, bootloader and disk (see below); sizes are 0 to
+// MaxFileSize bytes.
 //
 // cmdline holds the image's own kernel arguments. rackd boots the image
 // with its own arguments first (rackd.url, rackd.mode, rackd.machine,
@@ -43,6 +44,16 @@
 // and arguments for init. It is at most MaxCmdline bytes of words made of
 // [A-Za-z0-9._~:/,=+@%-] separated by spaces; rackd.* and initrd= are
 // reserved (see CheckCmdline).
+//
+// A deploy image that carries a raw disk image (role disk, one file) is
+// written to the machine's disk by rackd's own deploy environment: the
+// commissioning image's kernel and initrd, booted with rackd.mode=deploy
+// and the disk image's path, sha256 and size on the command line. Such an
+// image needs no kernel of its own (when it has one, that kernel and its
+// initrds boot instead, with the same arguments):
+//
+//	{"name": "bookworm-raw", "arch": "amd64", "purpose": "deploy",
+//	 "files": [{"path": "disk.img", "role": "disk", "sha256": "<64 hex>", "size": 2147483648}]}
 //
 // An image of purpose bootloader carries the network bootloaders (role
 // bootloader) under the names the DHCP server hands out and the loaders

@@ -38,6 +38,9 @@ const (
 	RoleInitrd     = "initrd"
 	RoleImage      = "image"
 	RoleBootloader = "bootloader"
+	// RoleDisk is a raw disk image that a deploy image's environment
+	// writes to the machine's disk (at most one per image).
+	RoleDisk = "disk"
 )
 
 // Manifest describes one boot image: rackd-image.json. See the package
@@ -102,6 +105,7 @@ func (m *Manifest) Validate() error {
 		return errors.New("images: manifest: no files")
 	}
 	seen := make(map[string]bool, len(m.Files))
+	disks := 0
 	for i, f := range m.Files {
 		if err := checkPath(f.Path); err != nil {
 			return fmt.Errorf("images: manifest: files[%d]: %w", i, err)
@@ -112,8 +116,18 @@ func (m *Manifest) Validate() error {
 		seen[f.Path] = true
 		switch f.Role {
 		case RoleKernel, RoleInitrd, RoleImage, RoleBootloader:
+		case RoleDisk:
+			if m.Purpose != PurposeDeploy {
+				return fmt.Errorf("images: manifest: files[%d]: role disk belongs to a deploy image, not %s", i, m.Purpose)
+			}
+			if disks++; disks > 1 {
+				return fmt.Errorf("images: manifest: files[%d]: a second disk file: a deploy image writes one disk image", i)
+			}
+			if f.Size == 0 {
+				return fmt.Errorf("images: manifest: files[%d]: an empty disk image", i)
+			}
 		default:
-			return fmt.Errorf("images: manifest: files[%d]: role %q: want kernel, initrd, image or bootloader", i, f.Role)
+			return fmt.Errorf("images: manifest: files[%d]: role %q: want kernel, initrd, image, bootloader or disk", i, f.Role)
 		}
 		if !ValidHex(f.SHA256) {
 			return fmt.Errorf("images: manifest: files[%d]: sha256 %q: want 64 lowercase hex characters", i, f.SHA256)

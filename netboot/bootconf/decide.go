@@ -3,6 +3,7 @@ package bootconf
 import (
 	"context"
 	"fmt"
+	"strconv"
 )
 
 // MachineInfo is what the store knows about a machine, as far as booting
@@ -26,6 +27,9 @@ type MachineInfo struct {
 	// who can fetch the machine's config can read it, so the agent should
 	// hand out only short-lived, single-purpose tokens.
 	Token string
+	// Erase is set while the machine is RELEASING with an erase: it boots
+	// the commissioning environment in erase mode.
+	Erase bool
 }
 
 // Environment is a bootable kernel with its initrds and arguments. Paths
@@ -42,6 +46,19 @@ type Environment struct {
 	// Decision.Cmdline). Quoted values with spaces are not supported, and
 	// rackd.* and initrd= are refused: see the package documentation.
 	Args []string
+	// Disk, for a deploy environment, is the raw disk image it writes:
+	// rendered as rackd.image=<path>, rackd.image_sha256=<hex> and
+	// rackd.image_size=<bytes>, after rackd's other arguments.
+	Disk *DiskImage
+}
+
+// DiskImage is a raw disk image in the boot tree.
+type DiskImage struct {
+	// Path is relative to the boot tree ("images/<sha256>"); the
+	// environment fetches <rackd.url>/boot/<Path>.
+	Path   string
+	SHA256 string
+	Size   int64
 }
 
 // Available reports whether the environment is imported and can boot.
@@ -81,6 +98,9 @@ const (
 	ModeCommission Mode = "commission"
 	ModeDeploy     Mode = "deploy"
 	ModeLocal      Mode = "local"
+	// ModeErase boots the commissioning environment to erase the disks
+	// of a machine being released.
+	ModeErase Mode = "erase"
 )
 
 // Lifecycle states that boot something other than the local disk, as the
@@ -89,6 +109,7 @@ const (
 const (
 	stateCommissioning = "COMMISSIONING"
 	stateDeploying     = "DEPLOYING"
+	stateReleasing     = "RELEASING"
 )
 
 // Decision is what a machine boots.
@@ -155,6 +176,17 @@ func Decide(m MachineInfo, known bool, env Environments) Decision {
 		default:
 			d.Env = e
 		}
+	case stateReleasing:
+		if !m.Erase {
+			d.Mode = ModeLocal
+			break
+		}
+		d.Mode = ModeErase
+		if env.Commission.Available() {
+			d.Env = env.Commission
+		} else {
+			d.Missing = fmt.Sprintf("rackd: no commissioning environment is imported for %s to erase with: booting from local disk", arch)
+		}
 	default:
 		d.Mode = ModeLocal
 	}
@@ -187,6 +219,10 @@ func (d Decision) Cmdline(httpBase string) []string {
 		if d.Machine.Token != "" {
 			args = append(args, "rackd.token="+d.Machine.Token)
 		}
+	}
+	if im := d.Env.Disk; im != nil && d.Mode == ModeDeploy {
+		args = append(args, "rackd.image="+im.Path, "rackd.image_sha256="+im.SHA256,
+			"rackd.image_size="+strconv.FormatInt(im.Size, 10))
 	}
 	return append(args, d.Env.Args...)
 }

@@ -168,6 +168,8 @@ func prepare(d Decision, b base) (plan, error) {
 		p.title = fmt.Sprintf("enlist (unknown machine, %s)", d.Arch)
 	case ModeCommission:
 		p.title = fmt.Sprintf("commission %s (machine %s, %s)", name, m.ID, d.Arch)
+	case ModeErase:
+		p.title = fmt.Sprintf("erase the disks of %s (machine %s, %s)", name, m.ID, d.Arch)
 	case ModeDeploy:
 		img := "(none)"
 		if m.Image != "" {
@@ -217,6 +219,17 @@ func prepare(d Decision, b base) (plan, error) {
 	}
 	if err := CheckArgs(d.Env.Args); err != nil {
 		return plan{}, err
+	}
+	if im := d.Env.Disk; im != nil && d.Mode == ModeDeploy {
+		if err := checkFile("disk image", im.Path); err != nil {
+			return plan{}, err
+		}
+		if len(im.SHA256) != 64 || strings.Trim(im.SHA256, "0123456789abcdef") != "" {
+			return plan{}, fmt.Errorf("%w: disk image sha256 %q: want 64 lower-case hex digits", ErrInvalid, im.SHA256)
+		}
+		if im.Size <= 0 {
+			return plan{}, fmt.Errorf("%w: disk image size %d: want a positive size", ErrInvalid, im.Size)
+		}
 	}
 	p.kernel, p.initrds, p.args = d.Env.Kernel, d.Env.Initrds, d.Cmdline(b.url)
 	// The longest spelling is pxelinux's, with every initrd path in it.
