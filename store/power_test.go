@@ -233,3 +233,19 @@ func TestPowerPolicyWalk(t *testing.T) {
 		t.Errorf("requests along the lifecycle:\n got %s\nwant %s", g, want)
 	}
 }
+
+func TestCipherSuiteValidated(t *testing.T) {
+	s := openTest(t, Options{}, true)
+	for _, cs := range []int{-1, 18} {
+		_, err := s.CreateMachine(context.Background(), testAdmin, NewMachine{Hostname: "n1", MACs: []string{testMAC(1)},
+			Power: PowerParams{Driver: "ipmi", CipherSuite: cs}})
+		if CodeOf(err) != CodeInvalid {
+			t.Errorf("cipher suite %d: %v, want %s", cs, err, CodeInvalid)
+		}
+	}
+	m, err := s.CreateMachine(context.Background(), testAdmin, NewMachine{Hostname: "n1", MACs: []string{testMAC(1)},
+		Power: PowerParams{Driver: "ipmi", CipherSuite: 17}})
+	if err != nil || m.Power.CipherSuite != 17 {
+		t.Errorf("cipher suite 17: %+v %v", m.Power, err)
+	}
+}

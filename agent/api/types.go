@@ -40,6 +40,9 @@ type PowerParams struct {
 	Address  string `json:"address,omitempty"`
 	Username string `json:"username,omitempty"`
 	Password string `json:"password,omitempty"`
+	// CipherSuite is the IPMI 2.0 cipher suite (0: the driver's default, 3;
+	// 17 where the BMC offers it).
+	CipherSuite int `json:"cipher_suite,omitempty"`
 }
 
 // PowerView is the power part of a machine as the API shows it.

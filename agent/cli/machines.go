@@ -164,6 +164,7 @@ in the process list or the shell history.`,
 			fs.StringVar(&p.Address, "power-address", "", "BMC `HOST:PORT`")
 			fs.StringVar(&p.Username, "power-user", "", "BMC `USER`")
 			fs.StringVar(&p.Password, "power-password", "", "BMC `PASSWORD` (better: env RACKD_POWER_PASSWORD)")
+			fs.IntVar(&p.CipherSuite, "power-cipher", 0, "IPMI 2.0 cipher suite `N` (0: the driver's default, 3; 17 where the BMC offers it)")
 			return func(e *env, _ []string) error {
 				switch {
 				case req.Hostname == "":
@@ -183,7 +184,7 @@ in the process list or the shell history.`,
 					}
 				}
 				if p.Driver == "" {
-					if p.Address != "" || p.Username != "" || p.Password != "" {
+					if p.Address != "" || p.Username != "" || p.Password != "" || p.CipherSuite != 0 {
 						return usagef("--power-address, --power-user and --power-password need --power-driver")
 					}
 				} else {

@@ -46,6 +46,7 @@ type Fake struct {
 	maxKey            map[string]int
 	maxAddr           map[string]int
 	cycles            map[string]int // per request id
+	lastTarget        map[string]power.Target
 	log               *os.File
 }
 
@@ -77,6 +78,7 @@ func NewFake() *Fake {
 		counts: map[string]map[string]int{}, starts: map[string][]time.Time{},
 		inFlightKey: map[string]int{}, inFlightAddr: map[string]int{},
 		maxKey: map[string]int{}, maxAddr: map[string]int{}, cycles: map[string]int{},
+		lastTarget: map[string]power.Target{},
 	}
 }
 
@@ -234,6 +236,14 @@ func (f *Fake) Count(key, cmd string) int {
 	return f.counts[key][cmd]
 }
 
+// LastTarget is the target of the last command to a machine (what the
+// caller passed: address, credentials, cipher suite).
+func (f *Fake) LastTarget(key string) power.Target {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastTarget[key]
+}
+
 // Total is how many commands reached the fake.
 func (f *Fake) Total() int {
 	f.mu.Lock()
@@ -335,6 +345,7 @@ func (f *Fake) run(ctx context.Context, t power.Target, cmd string, effect strin
 		f.counts[key] = map[string]int{}
 	}
 	f.counts[key][cmd]++
+	f.lastTarget[key] = t
 	f.starts[t.Address] = append(f.starts[t.Address], time.Now())
 	f.inFlight++
 	f.inFlightKey[key]++

@@ -404,6 +404,12 @@ func (q *Queue) step(ctx context.Context, w *worker) (bool, error) {
 	return true, nil
 }
 
+// target is how the drivers reach m's BMC.
+func target(m store.Machine) power.Target {
+	return power.Target{Driver: m.Power.Driver, Address: m.Power.Address, Username: m.Power.Username,
+		Password: m.Power.Password, CipherSuite: m.Power.CipherSuite}
+}
+
 // errNewer ends a request that a newer one superseded during a wait.
 var errNewer = errors.New("superseded by a newer request")
 
@@ -432,7 +438,7 @@ func (q *Queue) execute(ctx context.Context, w *worker, r store.PowerRequest, ne
 		q.finish(ctx, j, fmt.Errorf("machine %s: no power driver %q in this rackd (known: %s)", m.Hostname, m.Power.Driver, q.driverNames()))
 		return
 	}
-	j.target = power.Target{Driver: m.Power.Driver, Address: m.Power.Address, Username: m.Power.Username, Password: m.Power.Password}
+	j.target = target(m)
 	err = j.run(ctx, nextBoot, resumed)
 	if ctx.Err() != nil {
 		// Shutting down: the request stays open and is resumed on restart.
@@ -725,7 +731,7 @@ func (q *Queue) poll(ctx context.Context, w *worker) {
 		return
 	}
 	drv := q.drivers[m.Power.Driver]
-	t := power.Target{Driver: m.Power.Driver, Address: m.Power.Address, Username: m.Power.Username, Password: m.Power.Password}
+	t := target(m)
 	var s power.State
 	err = q.command(power.WithRequestID(ctx, "poll"), t.Address, t.Driver, "status", func(c context.Context) error {
 		var err error

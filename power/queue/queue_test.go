@@ -152,6 +152,25 @@ func TestOnOffCycleQuery(t *testing.T) {
 	if ps, _ := h.st.PowerStatusOf(id); ps.Desired != "on" {
 		t.Errorf("desired %q after cycle, want on", ps.Desired)
 	}
+	if tg := h.fake.LastTarget(key); tg.Address != "bmc1" || tg.Username != "n1" || tg.Driver != "fake" {
+		t.Errorf("target %+v", tg)
+	}
+}
+
+// TestTargetCarriesCipherSuite: the machine's cipher suite reaches the
+// driver.
+func TestTargetCarriesCipherSuite(t *testing.T) {
+	h := newHarness(t, fastConfig())
+	m, err := h.st.CreateMachine(context.Background(), admin, store.NewMachine{
+		Hostname: "c17", MACs: []string{"52:54:00:00:99:01"}, State: store.StateReady,
+		Power: store.PowerParams{Driver: "fake", Address: "bmc17", Username: "u", Password: "p", CipherSuite: 17}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitFinal(h.request(m.ID, store.PowerQuery).ID)
+	if tg := h.fake.LastTarget("bmc17/u"); tg.CipherSuite != 17 || tg.Password != "p" {
+		t.Errorf("target %+v, want cipher suite 17", tg)
+	}
 }
 
 // TestCoalescing: while a command hangs, requests pile up; when it returns,
