@@ -42,6 +42,8 @@ const AdminTokenFile = "admin.token"
 type Agent struct {
 	// meta is the state of the metadata endpoints (rate limits).
 	meta *metadataState
+	// phases are the series of commissioning, deployment and erase.
+	phases *phaseMetrics
 
 	cfg     Config
 	log     *slog.Logger
@@ -87,10 +89,16 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, releases: make(chan string, 1024), meta: newMetadataState(cfg)}
 	a.metrics = newMetrics(func() *store.Store { return a.store })
+	a.phases = newPhaseMetrics(a.metrics.reg)
+	credKey, err := loadCredentialKey(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
 	sticky := cfg.IPAM.StickyOnCommission
 	s, err := store.Open(filepath.Join(cfg.StateDir, store.FileName), store.Options{
-		MaxBatch: cfg.Store.MaxBatch,
-		OnCommit: a.metrics.onCommit,
+		MaxBatch:      cfg.Store.MaxBatch,
+		CredentialKey: credKey,
+		OnCommit:      a.metrics.onCommit,
 		IPAM: store.IPAMOptions{OfferHold: time.Duration(cfg.IPAM.OfferHold), PXELease: time.Duration(cfg.IPAM.PXELease),
 			Quarantine: time.Duration(cfg.IPAM.Quarantine), StickyOnCommission: &sticky,
 			LeaseCommitDelay: commitDelay(cfg.DHCP.CommitDelay)},
@@ -323,9 +331,19 @@ func (a *Agent) sweep(ctx context.Context) {
 	}
 	for _, m := range expired {
 		from := store.StateCommissioning
-		if m.State == store.StateFailedDeployment {
+		switch m.State {
+		case store.StateFailedDeployment:
 			from = store.StateDeploying
+		case store.StateReady: // an erase that never reported
+			from = store.StateReleasing
 		}
+		phase := expiredPhase(m)
+		timeout := a.cfg.Lifecycle.CommissioningTimeout
+		if phase == store.PhaseDeploy {
+			timeout = a.cfg.Lifecycle.DeployingTimeout
+		}
+		a.phases.failures.WithLabelValues(phase, "timeout").Inc()
+		a.phases.duration.WithLabelValues(phase, "failed").Observe(time.Duration(timeout).Seconds())
 		a.metrics.watchdogExpired.WithLabelValues(string(from)).Inc()
 		a.log.Warn("machine timed out", "machine", m.ID, "hostname", m.Hostname, "from", from, "to", m.State)
 	}
@@ -356,6 +374,9 @@ func (a *Agent) releaser(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case id := <-a.releases:
+			if m, err := a.store.Machine(id); err == nil && m.State == store.StateReleasing && m.Erase {
+				continue // the erase environment's report (or the watchdog) completes it
+			}
 			if !a.releasePowered(ctx, id) {
 				continue // the power queue is still at it; it sends id again when done
 			}

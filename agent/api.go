@@ -78,6 +78,9 @@ func routes() []route {
 		{"GET /boot/", public, (*Agent).serveBoot},
 		{"GET /metadata/v1/whoami", public, (*Agent).whoami},
 		{"POST /metadata/v1/enlist", public, (*Agent).enlistMachine},
+		{"POST /metadata/v1/commissioned", public, (*Agent).reportCommissioned},
+		{"POST /metadata/v1/deployed", public, (*Agent).reportDeployed},
+		{"POST /metadata/v1/erased", public, (*Agent).reportErased},
 	}
 }
 
@@ -200,6 +203,7 @@ func (a *Agent) storeError(w http.ResponseWriter, r *http.Request, err error) {
 		store.CodeNoSubnet:           http.StatusBadRequest,
 		store.CodeExhausted:          http.StatusConflict,
 		store.CodeNak:                http.StatusConflict,
+		store.CodeUnauthorized:       http.StatusUnauthorized,
 	}[code]
 	if status == 0 {
 		a.internalError(w, r, err)
@@ -303,7 +307,7 @@ func machineFields(m store.Machine) api.Machine {
 		// nothing has been asked or seen.
 		Power:      api.PowerView{Driver: m.Power.Driver, Address: m.Power.Address, Desired: "unknown", Observed: "unknown"},
 		StateSince: m.StateSince, Created: m.Created,
-		Inventory: inventoryView(m),
+		Inventory: inventoryView(m), DeployImage: m.DeployImage,
 	}
 }
 
@@ -414,8 +418,18 @@ func (a *Agent) machineAction(w http.ResponseWriter, r *http.Request, who store.
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "image is only meaningful for deploy")
 		return
 	}
+	if req.Erase && action != store.ActionRelease {
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "erase is only meaningful for release")
+		return
+	}
+	if action == store.ActionDeploy && req.Image != "" {
+		if msg := a.checkDeployImage(r.PathValue("id"), req.Image); msg != "" {
+			writeError(w, http.StatusBadRequest, api.CodeBadRequest, msg)
+			return
+		}
+	}
 	m, err := a.store.Transition(r.Context(), who, store.TransitionRequest{
-		Machine: r.PathValue("id"), Action: action, Reason: req.Reason, Image: req.Image})
+		Machine: r.PathValue("id"), Action: action, Reason: req.Reason, Image: req.Image, Erase: req.Erase})
 	if err != nil {
 		a.storeError(w, r, err)
 		return
@@ -486,7 +500,11 @@ func (a *Agent) release(w http.ResponseWriter, r *http.Request, who store.Actor)
 	if a.decodeBody(w, r, &req, true) != nil {
 		return
 	}
-	m, err := a.store.Release(r.Context(), who, r.PathValue("id"), req.Reason)
+	if req.Image != "" {
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "image is only meaningful for deploy")
+		return
+	}
+	m, err := a.store.StartRelease(r.Context(), who, r.PathValue("id"), req.Reason, req.Erase)
 	if err != nil {
 		a.storeError(w, r, err)
 		return

@@ -33,7 +33,8 @@ func (b bootSource) Machine(ctx context.Context, mac string) (bootconf.MachineIn
 	if err != nil {
 		return bootconf.MachineInfo{}, false, err
 	}
-	return bootconf.MachineInfo{ID: m.ID, Hostname: m.Hostname, State: string(m.State), Arch: m.Arch, Image: m.DeployImage}, true, nil
+	return bootconf.MachineInfo{ID: m.ID, Hostname: m.Hostname, State: string(m.State), Arch: m.Arch, Image: m.DeployImage,
+		Token: b.s.PhaseToken(m), Erase: m.Erase}, true, nil
 }
 
 type baseKey struct{}

@@ -408,6 +408,7 @@ func (b bootSource) Environments(ctx context.Context, arch string) (bootconf.Env
 		return bootconf.Environments{}, err
 	}
 	var env bootconf.Environments
+	var disks []store.Image // deploy images that are raw disk images
 	for _, im := range ims {
 		if im.Arch != arch {
 			continue
@@ -421,9 +422,15 @@ func (b bootSource) Environments(ctx context.Context, arch string) (bootconf.Env
 				}
 			case images.RoleInitrd:
 				e.Initrds = append(e.Initrds, imagePrefix+f.SHA256)
+			case images.RoleDisk:
+				e.Disk = &bootconf.DiskImage{Path: imagePrefix + f.SHA256, SHA256: f.SHA256, Size: f.Size}
 			}
 		}
 		e.Args = strings.Fields(im.Cmdline)
+		if im.Purpose == store.PurposeDeploy && e.Disk != nil && e.Kernel == "" {
+			disks = append(disks, im)
+			continue
+		}
 		switch im.Purpose {
 		case store.PurposeEnlist:
 			env.Enlist = e
@@ -436,7 +443,44 @@ func (b bootSource) Environments(ctx context.Context, arch string) (bootconf.Env
 			env.Deploy[im.Name] = e
 		}
 	}
+	// A raw disk image without a kernel of its own is written by the
+	// commissioning environment (the u-root initramfs) in deploy mode.
+	for _, im := range disks {
+		e := env.Commission
+		e.Disk = nil
+		for _, f := range im.Files {
+			if f.Role == images.RoleDisk {
+				e.Disk = &bootconf.DiskImage{Path: imagePrefix + f.SHA256, SHA256: f.SHA256, Size: f.Size}
+			}
+		}
+		if env.Deploy == nil {
+			env.Deploy = map[string]bootconf.Environment{}
+		}
+		env.Deploy[im.Name] = e
+	}
 	return env, nil
+}
+
+// checkDeployImage says what is wrong with deploying image to a machine
+// ("" when nothing): an image of that name imported for the machine's arch
+// must have purpose deploy. An image not imported yet is not refused: the
+// machine waits in DEPLOYING, its boot config saying what is missing, until
+// the image arrives or the watchdog gives up.
+func (a *Agent) checkDeployImage(machine, image string) string {
+	m, err := a.store.Machine(machine)
+	if err != nil {
+		return "" // the transition says not found
+	}
+	ims, err := a.store.Images()
+	if err != nil {
+		return ""
+	}
+	for _, im := range ims {
+		if im.Name == image && im.Arch == m.Arch && im.Purpose != store.PurposeDeploy {
+			return fmt.Sprintf("image %s/%s has purpose %s, not deploy", im.Name, im.Arch, im.Purpose)
+		}
+	}
+	return ""
 }
 
 // blobSource serves images/<sha256> from the blob store, the registered

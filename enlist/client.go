@@ -147,6 +147,11 @@ func refusal(status int, body []byte) error {
 // do sends one request bounded by Backoff.Attempt and reads the answer (at
 // most 1 MiB).
 func (c *Client) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	return c.doAuth(ctx, method, path, "", body)
+}
+
+// doAuth is do with a Bearer token (none when empty).
+func (c *Client) doAuth(ctx context.Context, method, path, token string, body []byte) (int, []byte, error) {
 	if c.Base == nil {
 		return 0, nil, &PermanentError{Msg: "no rackd URL"}
 	}
@@ -167,6 +172,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) (int,
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	hc := c.HTTP
 	if hc == nil {

@@ -77,9 +77,11 @@ type Machine struct {
 	Power      PowerView `json:"power"`
 	StateSince time.Time `json:"state_since"`
 	Created    time.Time `json:"created"`
-	// Inventory is what the machine reported when it enlisted; absent for
-	// machines added by hand.
+	// Inventory is what the machine reported when it enlisted or, later,
+	// commissioned; absent for machines added by hand.
 	Inventory *Inventory `json:"inventory,omitempty"`
+	// DeployImage is the image the machine deploys or deployed.
+	DeployImage string `json:"deploy_image,omitempty"`
 }
 
 // Inventory is a machine's hardware as it reported it at enlistment
@@ -120,6 +122,9 @@ type ActionRequest struct {
 	Reason string `json:"reason,omitempty"`
 	// Image names the image to deploy (deploy only).
 	Image string `json:"image,omitempty"`
+	// Erase, on a release, boots the machine into the erase environment,
+	// which wipes the first and last MiB of its disks, before it is READY.
+	Erase bool `json:"erase,omitempty"`
 }
 
 // Constraints select machines for allocate-by-constraints.

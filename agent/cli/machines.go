@@ -218,14 +218,20 @@ func machineActionVerb(action string) *verb {
 		summary:  actionSummaries[action],
 		help:     "ID is the machine's id or hostname. The reason is kept in the machine's events.",
 	}
-	if action == "deploy" {
+	switch action {
+	case "deploy":
 		v.synopsis = "[--image I] [--reason R]"
+	case "release":
+		v.synopsis = "[--erase] [--reason R]"
 	}
 	v.setup = func(fs *flag.FlagSet) func(*env, []string) error {
 		var req api.ActionRequest
 		fs.StringVar(&req.Reason, "reason", "", "why, for the machine's events")
 		if action == "deploy" {
 			fs.StringVar(&req.Image, "image", "", "`IMAGE` to deploy (default: the server's)")
+		}
+		if action == "release" {
+			fs.BoolVar(&req.Erase, "erase", false, "erase the disks' first and last MiB before READY")
 		}
 		return func(e *env, args []string) error {
 			return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.Machine, error) {

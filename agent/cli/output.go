@@ -137,6 +137,27 @@ func printMachine(w io.Writer, m api.Machine) error {
 		power += fmt.Sprintf(", desired %s, observed %s", cell(m.Power.Desired), cell(m.Power.Observed))
 	}
 	row("Power", power)
+	if m.DeployImage != "" {
+		row("Deploy image", cell(m.DeployImage))
+	}
+	if inv := m.Inventory; inv != nil {
+		// What the machine reported at enlistment or commissioning.
+		row("System", cell(strings.TrimSpace(inv.Vendor+" "+inv.Product)))
+		row("Serial", cell(inv.Serial))
+		row("System UUID", cell(inv.SystemUUID))
+		disks := make([]string, 0, len(inv.Disks))
+		for _, d := range inv.Disks {
+			s := fmt.Sprintf("%s %.1f GiB", d.Name, float64(d.SizeBytes)/(1<<30))
+			if d.Model != "" {
+				s += " " + d.Model
+			}
+			disks = append(disks, s)
+		}
+		row("Disks", cell(strings.Join(disks, ", ")))
+		if inv.BMCAddress != "" {
+			row("BMC (in-band)", cell(inv.BMCAddress))
+		}
+	}
 	row("Created", when(m.Created))
 	return tw.Flush()
 }

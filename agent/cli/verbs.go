@@ -93,13 +93,22 @@ func printAllocation(e *env, a api.Allocation, status int) error {
 
 func releaseVerb() *verb {
 	return &verb{
-		name:    "release",
-		args:    []string{"ID"},
-		summary: "release an allocated machine (it powers off and returns to READY)",
-		help:    "ID is the machine's id or hostname. Same as DELETE /api/v1/allocations/ID.",
+		name:     "release",
+		args:     []string{"ID"},
+		synopsis: "[--erase] [--reason R]",
+		summary:  "release an allocated machine (it powers off and returns to READY)",
+		help: `ID is the machine's id or hostname. Same as DELETE /api/v1/allocations/ID.
+With --erase the machine first boots the erase environment, which zeroes the
+first and last MiB of its disks.`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			var req api.ActionRequest
+			fs.BoolVar(&req.Erase, "erase", false, "erase the disks' first and last MiB before READY")
+			fs.StringVar(&req.Reason, "reason", "", "why, for the machine's events")
 			return func(e *env, args []string) error {
 				return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.Machine, error) {
+					if req.Erase || req.Reason != "" {
+						return c.MachineAction(ctx, args[0], "release", req)
+					}
 					return c.Release(ctx, args[0])
 				}, func(w io.Writer, m api.Machine) error { return printMachines(w, []api.Machine{m}) })
 			}

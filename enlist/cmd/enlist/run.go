@@ -4,6 +4,13 @@
 // powers off, reboots, or powers off, as rackd says. The rackd URL comes
 // from the kernel command line (rackd.url=http://HOST:PORT) or -url.
 //
+// Booted by rackd with rackd.mode=commission, deploy or erase (and
+// rackd.machine=, rackd.token=), it does that phase's work instead: send
+// the full inventory; stream the raw disk image of rackd.image= to the
+// disk, verifying rackd.image_sha256=; or wipe the first and last MiB of
+// the disks. It reports to rackd with the token and powers off, or
+// reboots into the deployed system.
+//
 // Every console line starts with "rackd-enlist: "; the final lines, which
 // tests watch the serial console for, are listed in package rackd/enlist.
 //
@@ -11,7 +18,8 @@
 //
 //	enlist [-url URL] [-modules FILE] [-dhcp=true] [-dhcp-timeout 30s]
 //	       [-nic-wait 15s] [-tries 0] [-retry-max 30s] [-attempt-timeout 15s]
-//	       [-interfaces eth0,eth1] [-dry-run]
+//	       [-interfaces eth0,eth1] [-mode enlist|commission|deploy|erase]
+//	       [-disk auto|NAME] [-dry-run]
 package main
 
 import (
@@ -63,6 +71,8 @@ type system struct {
 	bmc   func() (string, error)
 	sleep func(context.Context, time.Duration) error
 	arch  string
+	// openDisk opens /dev/<name> for writing (deploy and erase modes).
+	openDisk func(name string) (disk, error)
 }
 
 type options struct {
@@ -76,6 +86,8 @@ type options struct {
 	attemptTimeout time.Duration
 	dryRun         bool
 	interfaces     []string
+	mode           string
+	disk           string
 }
 
 // run is the whole program. It prints progress and, at the end, exactly one
@@ -105,6 +117,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fl.DurationVar(&o.retryMax, "retry-max", enlist.DefaultBackoff.Max, "longest pause between attempts (jittered)")
 	fl.DurationVar(&o.attemptTimeout, "attempt-timeout", enlist.DefaultBackoff.Attempt, "time one request to rackd may take")
 	fl.BoolVar(&o.dryRun, "dry-run", false, "say what would be done, but neither reboot nor power off")
+	fl.StringVar(&o.mode, "mode", "", "enlist, commission, deploy or erase (default: rackd.mode= from the kernel command line, else enlist)")
+	fl.StringVar(&o.disk, "disk", "", "target disk rule of deploy and erase: auto or a kernel disk name (default: rackd.disk=, else auto)")
 	fl.Func("interfaces", "comma-separated interfaces to use, physical or not (default: every physical one)", func(s string) error {
 		o.interfaces = nil
 		for n := range strings.SplitSeq(s, ",") {
@@ -146,6 +160,22 @@ func run1(ctx context.Context, args []string, sys system, say func(string, ...an
 		return err
 	}
 	say("rackd is %s", base)
+	mode := o.mode
+	if mode == "" {
+		mode, _ = inventory.ParseCmdline(cmdline, "rackd.mode")
+	}
+	var phase phaseArgs
+	switch mode {
+	case "", enlist.ModeEnlist:
+		mode = enlist.ModeEnlist
+	case enlist.ModeCommission, enlist.ModeDeploy, enlist.ModeErase:
+		if phase, err = parsePhaseArgs(mode, cmdline, o.disk); err != nil {
+			return err
+		}
+		say("mode %s for machine %s", mode, phase.machine)
+	default:
+		return fmt.Errorf("rackd.mode=%q: want enlist, commission, deploy or erase", mode)
+	}
 
 	loadModules(sys, o.modulesFile, cmdline, say)
 
@@ -194,6 +224,13 @@ func run1(ctx context.Context, args []string, sys system, say func(string, ...an
 
 	client := &enlist.Client{Base: base, Backoff: backoff, Sleep: sys.sleep,
 		Progress: func(msg string) { say("%s", msg) }}
+	if mode != enlist.ModeEnlist {
+		final, action, err := runPhase(ctx, sys, phase, base, client, inv, say)
+		if err != nil {
+			return err
+		}
+		return finish(sys, o, start, final, action, say)
+	}
 	who, err := client.WhoAmI(ctx, inv.MACs)
 	if err != nil {
 		return fmt.Errorf("whoami: %w", err)
@@ -216,12 +253,18 @@ func run1(ctx context.Context, args []string, sys system, say func(string, ...an
 	default:
 		final = enlist.MarkerKnown + who.State + "), " + action.Doing()
 	}
+	return finish(sys, o, start, final, action, say)
+}
+
+// finish prints the final line and acts.
+func finish(sys system, o options, start time.Time, final string, action enlist.Action, say func(string, ...any)) error {
 	say("done in %s", time.Since(start).Round(time.Millisecond))
 	fmt.Fprintln(sys.stdout, final)
 	if o.dryRun {
 		say("dry run: not acting")
 		return nil
 	}
+	var err error
 	if action == enlist.ActionReboot {
 		err = sys.power.Reboot()
 	} else {

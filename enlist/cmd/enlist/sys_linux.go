@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/u-root/u-root/pkg/dhclient"
@@ -27,6 +28,12 @@ func realSystem() system {
 		net:     dhcpNet{},
 		modules: func(name string) error { return kmodule.Probe(name, "") },
 		bmc:     bmcAddress,
+		openDisk: func(name string) (disk, error) {
+			if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+				return nil, fmt.Errorf("disk name %q", name)
+			}
+			return os.OpenFile("/dev/"+name, os.O_WRONLY, 0)
+		},
 	}
 }
 

@@ -1,0 +1,250 @@
+package agent
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"rackd/agent/api"
+	"rackd/enlist"
+	"rackd/store"
+)
+
+// The phase reports of the commissioning, deploy and erase environments
+// (issue 7): authenticated by the machine's phase credential, which rackd
+// puts on the environment's kernel command line (rackd.token=) and the
+// store checks and consumes (store/phases.go).
+
+// CredentialKeyFile is, inside the state directory, the key that derives
+// the machines' phase credentials. It lives outside the database so that a
+// copy of the database (a backup) cannot forge a report.
+const CredentialKeyFile = "credential.key"
+
+// loadCredentialKey reads the key, creating it (32 random bytes, 0600) on
+// first start.
+func loadCredentialKey(dir string) ([]byte, error) {
+	path := filepath.Join(dir, CredentialKeyFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil && len(b) >= 32:
+		return b, nil
+	case err == nil:
+		return nil, fmt.Errorf("credential key %s is %d bytes, want 32: remove it to make a new one (machines mid-phase then need their action again)", path, len(b))
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("read credential key: %w", err)
+	}
+	b = make([]byte, 32)
+	rand.Read(b)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create credential key: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write credential key: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sync credential key: %w", err)
+	}
+	return b, f.Close()
+}
+
+// phaseMetrics are the series of issue 7's phases.
+type phaseMetrics struct {
+	duration *prometheus.HistogramVec
+	failures *prometheus.CounterVec
+	reports  *prometheus.CounterVec
+}
+
+func newPhaseMetrics(reg prometheus.Registerer) *phaseMetrics {
+	m := &phaseMetrics{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "phase", Name: "duration_seconds",
+			Help: "Time machines spent in COMMISSIONING, DEPLOYING or an erasing release, by phase (commission, deploy, erase) " +
+				"and outcome (done, failed).",
+			Buckets: []float64{10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200},
+		}, []string{"phase", "outcome"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "phase", Name: "failures_total",
+			Help: "Phases that failed, by phase and reason: reported (the environment said why), credential " +
+				"(a token that was not the machine's), timeout (the watchdog).",
+		}, []string{"phase", "reason"}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "metadata", Name: "reports_total",
+			Help: "Phase reports of the environments, by phase and outcome: done, failed, replayed, unauthorized, bad_request, error.",
+		}, []string{"phase", "outcome"}),
+	}
+	for _, p := range []string{store.PhaseCommission, store.PhaseDeploy, store.PhaseErase} {
+		for _, r := range []string{"reported", "credential", "timeout"} {
+			m.failures.WithLabelValues(p, r)
+		}
+		for _, o := range []string{"done", "failed"} {
+			m.duration.WithLabelValues(p, o)
+		}
+	}
+	reg.MustRegister(m.duration, m.failures, m.reports)
+	return m
+}
+
+// phaseOfState is the phase a state's environment runs.
+func phaseOfState(s store.State) string {
+	switch s {
+	case store.StateCommissioning:
+		return store.PhaseCommission
+	case store.StateDeploying:
+		return store.PhaseDeploy
+	case store.StateReleasing:
+		return store.PhaseErase
+	}
+	return ""
+}
+
+// observePhase records the end of a phase.
+func (a *Agent) observePhase(phase string, since time.Time, failed bool, reason string) {
+	pm := a.phases
+	if pm == nil || phase == "" {
+		return
+	}
+	outcome := "done"
+	if failed {
+		outcome = "failed"
+		pm.failures.WithLabelValues(phase, reason).Inc()
+	}
+	if !since.IsZero() {
+		pm.duration.WithLabelValues(phase, outcome).Observe(time.Since(since).Seconds())
+	}
+}
+
+func (a *Agent) reportCommissioned(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	a.phaseReport(w, r, store.PhaseCommission)
+}
+
+func (a *Agent) reportDeployed(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	a.phaseReport(w, r, store.PhaseDeploy)
+}
+
+func (a *Agent) reportErased(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	a.phaseReport(w, r, store.PhaseErase)
+}
+
+// phaseReport is the three report endpoints: the Bearer token is the
+// machine's phase credential (not a user's token), checked and consumed by
+// the store in the transaction that moves the machine.
+func (a *Agent) phaseReport(w http.ResponseWriter, r *http.Request, phase string) {
+	endpoint := "report_" + phase
+	if !a.limitMetadata(w, r, endpoint) {
+		return
+	}
+	outcome := "error"
+	defer func() { a.phases.reports.WithLabelValues(phase, outcome).Inc() }()
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || strings.TrimSpace(token) == "" {
+		outcome = "unauthorized"
+		writeError(w, http.StatusUnauthorized, api.CodeUnauthorized,
+			"missing credential: send Authorization: Bearer <rackd.token of the kernel command line>")
+		return
+	}
+	var rep enlist.Report
+	r.Body = http.MaxBytesReader(w, r.Body, a.cfg.Enlist.MaxBodyBytes)
+	if a.decodeBody(w, r, &rep, false) != nil {
+		outcome = "bad_request"
+		return
+	}
+	if err := rep.Validate(); err != nil {
+		outcome = "bad_request"
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "invalid report: "+err.Error())
+		return
+	}
+	req := store.PhaseReport{Machine: rep.Machine, Phase: phase, Token: strings.TrimSpace(token), Error: rep.Error}
+	switch phase {
+	case store.PhaseCommission:
+		if rep.Error == "" && rep.Inventory == nil {
+			outcome = "bad_request"
+			writeError(w, http.StatusBadRequest, api.CodeBadRequest, "a commissioning report carries the inventory, or an error")
+			return
+		}
+		if inv := rep.Inventory; inv != nil {
+			ci := &store.CommissionInventory{Arch: inv.Arch, MACs: inv.MACs, CPUCount: inv.CPUCount, MemoryMB: inv.MemoryMB,
+				SystemUUID: inv.DMI.UUID, Inventory: store.Inventory{Vendor: inv.DMI.Vendor, Product: inv.DMI.Product,
+					Serial: inv.DMI.Serial, BMCAddress: inv.BMCAddress}}
+			for _, d := range inv.Disks {
+				ci.Inventory.Disks = append(ci.Inventory.Disks, store.Disk(d))
+			}
+			req.Inventory = ci
+		}
+	case store.PhaseDeploy:
+		if rep.Disk != "" {
+			req.Detail = fmt.Sprintf("%d bytes to %s, sha256 %s", rep.Bytes, rep.Disk, rep.SHA256)
+		}
+	case store.PhaseErase:
+		if len(rep.Erased) > 0 {
+			req.Detail = "erased " + strings.Join(rep.Erased, " ")
+		}
+	}
+	res, err := a.store.Report(r.Context(), req)
+	if store.CodeOf(err) == store.CodeUnauthorized {
+		outcome = "unauthorized"
+		if res.Action != "" {
+			// The token was wrong for a machine in its phase: failed.
+			a.observePhase(phase, res.Since, true, "credential")
+			a.transitioned(res.Machine, res.Action, store.ReportActor)
+		}
+		a.log.Warn("phase report refused", "phase", phase, "machine", rep.Machine, "source", r.RemoteAddr, "err", err)
+		writeError(w, http.StatusUnauthorized, api.CodeUnauthorized, err.Error())
+		return
+	}
+	if err != nil {
+		if store.CodeOf(err) != "" {
+			outcome = "bad_request"
+		}
+		a.storeError(w, r, err)
+		return
+	}
+	m := res.Machine
+	switch {
+	case res.Action == "":
+		outcome = "replayed"
+	case rep.Error != "":
+		outcome = "failed"
+		a.observePhase(phase, res.Since, true, "reported")
+	default:
+		outcome = "done"
+		a.observePhase(phase, res.Since, false, "")
+	}
+	if res.Action != "" {
+		a.transitioned(m, res.Action, store.ReportActor)
+		if res.Action == store.ActionReleaseDone {
+			a.log.Info("machine released after erase", "machine", m.ID, "hostname", m.Hostname, "error", rep.Error)
+		}
+	}
+	// A deployed machine reboots into its new system (rackd now answers
+	// "boot from local disk"); every other end powers off, which the
+	// power policy also does through the BMC.
+	ans := enlist.ReportAnswer{State: string(m.State), Action: enlist.ActionPowerOff}
+	if m.State == store.StateDeployed {
+		ans.Action = enlist.ActionReboot
+	}
+	a.log.Info("phase report", "phase", phase, "machine", m.ID, "hostname", m.Hostname, "state", m.State,
+		"outcome", outcome, "error", rep.Error, "source", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// expiredPhase names the phase a machine failed by the watchdog was in.
+func expiredPhase(m store.Machine) string {
+	switch m.State {
+	case store.StateFailedCommissioning:
+		return store.PhaseCommission
+	case store.StateFailedDeployment:
+		return store.PhaseDeploy
+	}
+	return store.PhaseErase
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"rackd/enlist"
+	"rackd/enlist/deploy"
+	"rackd/enlist/inventory"
+)
+
+// The phase modes (issue 7): booted by rackd with rackd.mode=commission,
+// deploy or erase, rackd.machine=<id> and rackd.token=<phase credential>,
+// the program does the phase's work and reports to rackd with the token
+// instead of asking whoami.
+
+// disk is a disk open for writing.
+type disk interface {
+	deploy.Disk
+	Close() error
+}
+
+// phaseArgs are what the kernel command line says about the phase.
+type phaseArgs struct {
+	mode, machine, token string
+	// deploy: the image's path under /boot/, checksum and size; the disk
+	// rule.
+	image, sha256 string
+	size          int64
+	diskRule      string
+}
+
+// parsePhaseArgs reads the phase's arguments from the command line (and
+// the -disk flag, which wins over rackd.disk=).
+func parsePhaseArgs(mode, cmdline, diskFlag string) (phaseArgs, error) {
+	get := func(k string) string { v, _ := inventory.ParseCmdline(cmdline, k); return v }
+	p := phaseArgs{mode: mode, machine: get("rackd.machine"), token: get("rackd.token"), diskRule: get("rackd.disk")}
+	if diskFlag != "" {
+		p.diskRule = diskFlag
+	}
+	if p.machine == "" || p.token == "" {
+		return p, fmt.Errorf("rackd.mode=%s needs rackd.machine= and rackd.token= on the kernel command line", mode)
+	}
+	if mode != enlist.ModeDeploy {
+		return p, nil
+	}
+	p.image, p.sha256 = get("rackd.image"), get("rackd.image_sha256")
+	size, err := strconv.ParseInt(get("rackd.image_size"), 10, 64)
+	if err != nil || size <= 0 {
+		return p, fmt.Errorf("rackd.image_size=%q: want the image's size in bytes", get("rackd.image_size"))
+	}
+	p.size = size
+	if p.image == "" || strings.Contains(p.image, "..") || strings.HasPrefix(p.image, "/") {
+		return p, fmt.Errorf("rackd.image=%q: want the image's path under rackd's /boot/", p.image)
+	}
+	if len(p.sha256) != 64 || strings.Trim(p.sha256, "0123456789abcdef") != "" {
+		return p, fmt.Errorf("rackd.image_sha256=%q: want 64 lower-case hex digits", p.sha256)
+	}
+	return p, nil
+}
+
+// runPhase does the work of a phase and reports it; it returns the final
+// console line and what to do next. An error means the report could not be
+// made: rackd's watchdog will fail the phase.
+func runPhase(ctx context.Context, sys system, p phaseArgs, base *url.URL, client *enlist.Client, inv enlist.Inventory,
+	say func(string, ...any)) (final string, action enlist.Action, err error) {
+	rep := enlist.Report{Machine: p.machine}
+	var path, done string
+	switch p.mode {
+	case enlist.ModeCommission:
+		path = enlist.PathCommissioned
+		rep.Inventory = &inv
+	case enlist.ModeDeploy:
+		path = enlist.PathDeployed
+		res, name, werr := deployImage(ctx, sys, p, base, inv, say)
+		if werr != nil {
+			rep.Error = werr.Error()
+		} else {
+			rep.Disk, rep.Bytes, rep.SHA256 = name, res.Bytes, res.SHA256
+			done = fmt.Sprintf("%d bytes to %s", res.Bytes, name)
+		}
+	case enlist.ModeErase:
+		path = enlist.PathErased
+		erased, eerr := eraseDisks(sys, p, inv, say)
+		rep.Erased = erased
+		if eerr != nil {
+			rep.Error = eerr.Error()
+		}
+		done = strings.Join(erased, " ")
+	default:
+		return "", "", fmt.Errorf("rackd.mode=%q: want enlist, commission, deploy or erase", p.mode)
+	}
+	if len(rep.Error) > enlist.MaxReportError {
+		rep.Error = rep.Error[:enlist.MaxReportError]
+	}
+	if rep.Error != "" {
+		say("%s failed: %s; reporting to rackd", p.mode, rep.Error)
+	} else {
+		say("%s done; reporting to rackd", p.mode)
+	}
+	ans, err := client.Report(ctx, path, p.token, rep)
+	if err != nil {
+		if rep.Error != "" {
+			return "", "", fmt.Errorf("%s: %s; and the report failed: %w", p.mode, rep.Error, err)
+		}
+		return "", "", fmt.Errorf("report: %w", err)
+	}
+	action = ans.Action
+	switch {
+	case rep.Error != "":
+		final = enlist.MarkerPhaseFailed + p.mode + ": " + oneLine(rep.Error) + " (reported), " + action.Doing()
+	case p.mode == enlist.ModeCommission:
+		final = enlist.MarkerCommissioned + ans.State + "), " + action.Doing()
+	case p.mode == enlist.ModeDeploy:
+		final = enlist.MarkerDeployed + done + ", " + action.Doing()
+	default:
+		final = enlist.MarkerErased + done + ", " + action.Doing()
+	}
+	return final, action, nil
+}
+
+// stallTimeout ends an image download that makes no progress.
+const stallTimeout = 60 * time.Second
+
+// deployImage streams the image from rackd to the chosen disk.
+func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, inv enlist.Inventory,
+	say func(string, ...any)) (deploy.Result, string, error) {
+	target, err := deploy.ChooseDisk(inv.Disks, p.diskRule, p.size)
+	if err != nil {
+		return deploy.Result{}, "", err
+	}
+	if sys.openDisk == nil {
+		return deploy.Result{}, target.Name, errors.New("no way to open disks here")
+	}
+	d, err := sys.openDisk(target.Name)
+	if err != nil {
+		return deploy.Result{}, target.Name, fmt.Errorf("open disk %s: %w", target.Name, err)
+	}
+	defer d.Close()
+	u := strings.TrimSuffix(base.String(), "/") + "/boot/" + p.image
+	say("writing %s (%d bytes, sha256 %s) to %s (%d bytes)", u, p.size, p.sha256, target.Name, target.SizeBytes)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return deploy.Result{}, target.Name, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return deploy.Result{}, target.Name, fmt.Errorf("fetch the image: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return deploy.Result{}, target.Name, fmt.Errorf("fetch the image: %s answered %s", u, resp.Status)
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength != p.size {
+		return deploy.Result{}, target.Name, fmt.Errorf("fetch the image: %s is %d bytes, rackd.image_size says %d", u, resp.ContentLength, p.size)
+	}
+	body := &stallReader{r: resp.Body, t: time.AfterFunc(stallTimeout, func() {
+		cancel(fmt.Errorf("the image download made no progress for %s", stallTimeout))
+	})}
+	defer body.t.Stop()
+	start, lastSaid := time.Now(), time.Now()
+	res, err := deploy.Write(ctx, body, d, p.size, p.sha256, func(n int64) {
+		if time.Since(lastSaid) >= 5*time.Second {
+			lastSaid = time.Now()
+			say("written %d of %d bytes", n, p.size)
+		}
+	})
+	if err != nil {
+		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", err, c)
+		}
+		return res, target.Name, err
+	}
+	secs := time.Since(start).Seconds()
+	say("wrote %d bytes to %s in %.1fs (%.1f MB/s), sha256 verified, synced", res.Bytes, target.Name, secs, float64(res.Bytes)/1e6/max(secs, 1e-3))
+	return res, target.Name, nil
+}
+
+// stallReader resets its timer on every read that returns data.
+type stallReader struct {
+	r io.Reader
+	t *time.Timer
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.t.Reset(stallTimeout)
+	}
+	return n, err
+}
+
+// eraseDisks wipes the first and last MiB of the chosen disk ("auto":
+// every disk but CD/DVD drives).
+func eraseDisks(sys system, p phaseArgs, inv enlist.Inventory, say func(string, ...any)) ([]string, error) {
+	var targets []enlist.Disk
+	if p.diskRule == "" || p.diskRule == "auto" {
+		for _, d := range inv.Disks {
+			if !strings.HasPrefix(d.Name, "sr") {
+				targets = append(targets, d)
+			}
+		}
+	} else {
+		d, err := deploy.ChooseDisk(inv.Disks, p.diskRule, 0)
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, d)
+	}
+	if sys.openDisk == nil {
+		return nil, errors.New("no way to open disks here")
+	}
+	var erased []string
+	var errs []error
+	for _, t := range targets {
+		d, err := sys.openDisk(t.Name)
+		if err == nil {
+			err = deploy.Erase(d, t.SizeBytes)
+			if cerr := d.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", t.Name, err))
+			continue
+		}
+		say("erased the first and last MiB of %s", t.Name)
+		erased = append(erased, t.Name)
+	}
+	return erased, errors.Join(errs...)
+}

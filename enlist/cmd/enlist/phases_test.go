@@ -1,0 +1,395 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"rackd/agent"
+	"rackd/agent/api"
+	"rackd/agent/client"
+	"rackd/enlist"
+	"rackd/enlist/deploy"
+	"rackd/store"
+)
+
+// These tests run the commission, deploy and erase modes of the program
+// against a real rackd (the agent on a loopback port, images imported
+// through its API), with the kernel command line taken from the boot
+// config rackd renders for the machine, and a file as the machine's disk.
+
+const (
+	phaseMAC  = "52:54:00:00:10:02" // the harness's boot interface (eth1)
+	diskBytes = 20971520 * 512      // machineFS's vda
+)
+
+type phaseLab struct {
+	t      *testing.T
+	a      *agent.Agent
+	url    string
+	api    *client.Client
+	disk   string // the file that is the machine's vda
+	rawSHA string
+	raw    []byte
+}
+
+// newPhaseLab starts rackd, imports a commissioning environment (a fake
+// kernel and initrd: nothing boots them here) and a raw disk image "raw",
+// and adds the machine, NEW.
+func newPhaseLab(t *testing.T) *phaseLab {
+	ln, url := listen(t)
+	a, serve := startRackd(t, ln, nil)
+	serve()
+	tok, err := os.ReadFile(a.AdminTokenPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &phaseLab{t: t, a: a, url: url, api: client.New(url, strings.TrimSpace(string(tok)))}
+	l.importImage("commission", "commission", map[string][]byte{"vmlinuz": []byte("kernel"), "initrd": []byte("initrd")},
+		`"cmdline": "console=ttyS0",`)
+	l.raw = make([]byte, 5<<20+4321)
+	r := rand.New(rand.NewPCG(7, 7))
+	for i := range l.raw {
+		l.raw[i] = byte(r.Uint32())
+	}
+	l.raw[510], l.raw[511] = 0x55, 0xAA // "bootable"
+	sum := sha256.Sum256(l.raw)
+	l.rawSHA = hex.EncodeToString(sum[:])
+	l.importImage("raw", "deploy", map[string][]byte{"disk.img": l.raw}, "")
+	if _, err := l.api.CreateMachine(t.Context(), api.CreateMachine{Hostname: "node1", MACs: []string{phaseMAC}}); err != nil {
+		t.Fatal(err)
+	}
+	l.disk = filepath.Join(t.TempDir(), "vda")
+	f, err := os.Create(l.disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An old system on the disk: its first MiB is not zero.
+	if _, err := f.Write(bytes.Repeat([]byte{0xEE}, 2<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(diskBytes); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return l
+}
+
+func (l *phaseLab) importImage(name, purpose string, files map[string][]byte, extra string) {
+	dir := l.t.TempDir()
+	var list []string
+	for path, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, path), data, 0o644); err != nil {
+			l.t.Fatal(err)
+		}
+		role := map[string]string{"vmlinuz": "kernel", "initrd": "initrd", "disk.img": "disk"}[path]
+		sum := sha256.Sum256(data)
+		list = append(list, fmt.Sprintf(`{"path": %q, "role": %q, "sha256": %q, "size": %d}`, path, role, hex.EncodeToString(sum[:]), len(data)))
+	}
+	manifest := fmt.Sprintf(`{"name": %q, "arch": "amd64", "purpose": %q, %s "files": [%s]}`, name, purpose, extra, strings.Join(list, ","))
+	if err := os.WriteFile(filepath.Join(dir, "rackd-image.json"), []byte(manifest), 0o644); err != nil {
+		l.t.Fatal(err)
+	}
+	if _, err := l.api.ImportImage(l.t.Context(), dir); err != nil {
+		l.t.Fatalf("import %s: %v", name, err)
+	}
+}
+
+// cmdline is the kernel command line rackd's iPXE config gives the
+// machine, or "" when the config boots from local disk.
+func (l *phaseLab) cmdline() string {
+	resp, err := http.Get(l.url + "/boot/ipxe?mac=" + phaseMAC)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, "kernel "); ok {
+			rest, _, _ = strings.Cut(rest, " || ")
+			var args []string
+			for _, a := range strings.Fields(rest)[1:] {
+				if !strings.HasPrefix(a, "initrd=") {
+					args = append(args, a)
+				}
+			}
+			return strings.Join(args, " ")
+		}
+	}
+	return ""
+}
+
+func (l *phaseLab) action(action string, req api.ActionRequest) {
+	l.t.Helper()
+	if _, err := l.api.MachineAction(l.t.Context(), "node1", action, req); err != nil {
+		l.t.Fatalf("%s: %v", action, err)
+	}
+}
+
+func (l *phaseLab) machine() store.Machine {
+	l.t.Helper()
+	m, err := l.a.Store().Machine("node1")
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return m
+}
+
+func (l *phaseLab) lastEvent() store.Event {
+	l.t.Helper()
+	ev, err := l.a.Store().Events("node1", 1)
+	if err != nil || len(ev) != 1 {
+		l.t.Fatal(ev, err)
+	}
+	return ev[0]
+}
+
+// boot runs the program as the machine would with cmdline, the lab's disk
+// file as vda.
+func (l *phaseLab) boot(cmdline string) (*harness, error) {
+	var h harness
+	sys := h.system(machineFS(cmdline))
+	sys.openDisk = func(name string) (disk, error) {
+		if name != "vda" {
+			return nil, fmt.Errorf("no disk %s", name)
+		}
+		return os.OpenFile(l.disk, os.O_WRONLY, 0)
+	}
+	err := run(l.t.Context(), []string{"-dhcp=false", "-tries", "2"}, sys)
+	return &h, err
+}
+
+func (l *phaseLab) diskHead(n int) []byte {
+	f, err := os.Open(l.disk)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := io.ReadFull(f, b); err != nil {
+		l.t.Fatal(err)
+	}
+	return b
+}
+
+func phaseLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		for _, m := range []string{enlist.MarkerCommissioned, enlist.MarkerDeployed, enlist.MarkerErased,
+			enlist.MarkerPhaseFailed, enlist.MarkerFailed} {
+			if strings.HasPrefix(lines[i], m) {
+				return lines[i]
+			}
+		}
+	}
+	return ""
+}
+
+func TestPhasesCommissionDeployRelease(t *testing.T) {
+	l := newPhaseLab(t)
+	ctx := t.Context()
+
+	// Commissioning: the rendered command line carries the mode, the
+	// machine and its credential; the report makes the machine READY with
+	// the full inventory.
+	l.action("commission", api.ActionRequest{})
+	cl := l.cmdline()
+	m := l.machine()
+	tok := l.a.Store().PhaseToken(m)
+	if !strings.Contains(cl, "rackd.mode=commission rackd.machine="+m.ID+" rackd.token="+tok) || !strings.Contains(cl, "console=ttyS0") {
+		t.Fatalf("commissioning command line %q", cl)
+	}
+	h, err := l.boot(cl)
+	if err != nil {
+		t.Fatalf("commission: %v\n%s", err, h.out.String())
+	}
+	if got := phaseLine(h.out.String()); got != enlist.MarkerCommissioned+"READY), powering off" ||
+		!reflect.DeepEqual(h.power.actions(), []string{"poweroff"}) {
+		t.Fatalf("final %q actions %v\n%s", got, h.power.actions(), h.out.String())
+	}
+	v, err := l.api.GetMachine(ctx, "node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.State != "READY" || v.CPUCount != 2 || v.MemoryMB != 256 || len(v.MACs) != 2 || v.Inventory == nil ||
+		len(v.Inventory.Disks) != 1 || v.Inventory.Disks[0].Name != "vda" || v.Inventory.Disks[0].SizeBytes != diskBytes ||
+		v.Inventory.Vendor != "QEMU" || v.Inventory.SystemUUID != "5c7a1f2e-0b3d-4e5f-8a9b-0c1d2e3f4a5b" {
+		t.Fatalf("after commissioning: %+v inventory %+v", v, v.Inventory)
+	}
+	if l.cmdline() != "" {
+		t.Fatal("a READY machine is still served an environment")
+	}
+	// The credential was used once: the same report again is answered,
+	// but a second boot of a stale commissioning environment changes
+	// nothing.
+	h, _ = l.boot(cl)
+	if m := l.machine(); m.State != store.StateReady {
+		t.Fatalf("replayed report moved the machine to %s\n%s", m.State, h.out.String())
+	}
+
+	// Deployment of the raw image: written, verified, synced, reported;
+	// DEPLOYED; rackd then answers "boot from local disk".
+	if _, _, err := l.api.Allocate(ctx, api.AllocateRequest{Name: "node1", AgentName: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	l.action("deploy", api.ActionRequest{Image: "raw"})
+	cl = l.cmdline()
+	if !strings.Contains(cl, "rackd.mode=deploy") || !strings.Contains(cl, "rackd.image=images/"+l.rawSHA) ||
+		!strings.Contains(cl, fmt.Sprintf("rackd.image_size=%d", len(l.raw))) {
+		t.Fatalf("deploy command line %q", cl)
+	}
+	h, err = l.boot(cl)
+	if err != nil {
+		t.Fatalf("deploy: %v\n%s", err, h.out.String())
+	}
+	if got := phaseLine(h.out.String()); got != fmt.Sprintf("%s%d bytes to vda, rebooting", enlist.MarkerDeployed, len(l.raw)) ||
+		!reflect.DeepEqual(h.power.actions(), []string{"reboot"}) {
+		t.Fatalf("final %q actions %v\n%s", got, h.power.actions(), h.out.String())
+	}
+	if !bytes.Equal(l.diskHead(len(l.raw)), l.raw) {
+		t.Fatal("the disk does not hold the image")
+	}
+	if m := l.machine(); m.State != store.StateDeployed || m.Credential != nil {
+		t.Fatalf("after deploy: %s %+v", m.State, m.Credential)
+	}
+	if e := l.lastEvent(); !strings.Contains(e.Reason, "image raw written") || !strings.Contains(e.Reason, l.rawSHA) {
+		t.Fatalf("event %+v", e)
+	}
+	if l.cmdline() != "" {
+		t.Fatal("a DEPLOYED machine is not told to boot from its disk")
+	}
+
+	// Release with an erase: the erase environment wipes both ends of the
+	// disk and completes the release.
+	l.action("release", api.ActionRequest{Erase: true})
+	cl = l.cmdline()
+	if !strings.Contains(cl, "rackd.mode=erase") {
+		t.Fatalf("erase command line %q", cl)
+	}
+	h, err = l.boot(cl)
+	if err != nil {
+		t.Fatalf("erase: %v\n%s", err, h.out.String())
+	}
+	if got := phaseLine(h.out.String()); got != enlist.MarkerErased+"vda, powering off" {
+		t.Fatalf("final %q\n%s", got, h.out.String())
+	}
+	if !bytes.Equal(l.diskHead(deploy.HeadSize), make([]byte, deploy.HeadSize)) {
+		t.Fatal("the head of the disk is not erased")
+	}
+	if m := l.machine(); m.State != store.StateReady || m.Erase {
+		t.Fatalf("after erase: %s", m.State)
+	}
+
+	// Metrics per phase.
+	resp, err := http.Get(l.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`rackd_phase_duration_seconds_count{outcome="done",phase="commission"} 1`,
+		`rackd_phase_duration_seconds_count{outcome="done",phase="deploy"} 1`,
+		`rackd_phase_duration_seconds_count{outcome="done",phase="erase"} 1`,
+		`rackd_metadata_reports_total{outcome="replayed",phase="commission"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// A corrupted image (its blob changed on rackd's disk after import, so the
+// bytes streamed no longer hash to the manifest's sha256) fails the
+// deployment with the reason, and leaves the disk with nothing to boot.
+func TestPhasesCorruptImage(t *testing.T) {
+	l := newPhaseLab(t)
+	ctx := t.Context()
+	l.action("commission", api.ActionRequest{})
+	if h, err := l.boot(l.cmdline()); err != nil {
+		t.Fatalf("commission: %v\n%s", err, h.out.String())
+	}
+	if _, _, err := l.api.Allocate(ctx, api.AllocateRequest{Name: "node1", AgentName: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	blob := filepath.Join(filepath.Dir(l.a.AdminTokenPath()), "images", "sha256", l.rawSHA)
+	data, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatalf("the blob is not where expected: %v", err)
+	}
+	data[3<<20] ^= 0xFF
+	if err := os.WriteFile(blob, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.action("deploy", api.ActionRequest{Image: "raw"})
+	h, err := l.boot(l.cmdline())
+	if err != nil {
+		t.Fatalf("deploy: %v\n%s", err, h.out.String())
+	}
+	if got := phaseLine(h.out.String()); !strings.HasPrefix(got, enlist.MarkerPhaseFailed+"deploy: sha256 mismatch") ||
+		!strings.HasSuffix(got, "(reported), powering off") || !reflect.DeepEqual(h.power.actions(), []string{"poweroff"}) {
+		t.Fatalf("final %q actions %v\n%s", got, h.power.actions(), h.out.String())
+	}
+	m := l.machine()
+	if m.State != store.StateFailedDeployment {
+		t.Fatalf("state %s", m.State)
+	}
+	if e := l.lastEvent(); !strings.Contains(e.Reason, "deploy failed: sha256 mismatch") || !strings.Contains(e.Reason, l.rawSHA) {
+		t.Fatalf("event %+v", e)
+	}
+	if !bytes.Equal(l.diskHead(deploy.HeadSize), make([]byte, deploy.HeadSize)) {
+		t.Fatal("a failed deployment left the head of the disk bootable")
+	}
+	if l.cmdline() != "" {
+		t.Fatal("FAILED_DEPLOYMENT is served an environment")
+	}
+	resp, err := http.Get(l.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `rackd_phase_failures_total{phase="deploy",reason="reported"} 1`; !strings.Contains(string(body), want) {
+		t.Errorf("metrics lack %s", want)
+	}
+}
+
+// A commissioning environment whose token is not the machine's fails the
+// commissioning, with the reason in an event.
+func TestPhasesBadCredential(t *testing.T) {
+	l := newPhaseLab(t)
+	l.action("commission", api.ActionRequest{})
+	cl := l.cmdline()
+	tok := l.a.Store().PhaseToken(l.machine())
+	h, err := l.boot(strings.Replace(cl, "rackd.token="+tok, "rackd.token=forged", 1))
+	if err == nil || !strings.Contains(err.Error(), "rejected credential") || len(h.power.actions()) != 0 {
+		t.Fatalf("err %v actions %v\n%s", err, h.power.actions(), h.out.String())
+	}
+	if m := l.machine(); m.State != store.StateFailedCommissioning {
+		t.Fatalf("state %s", m.State)
+	}
+	if e := l.lastEvent(); !strings.Contains(e.Reason, "rejected credential") {
+		t.Fatalf("event %+v", e)
+	}
+	// No credential at all: refused before anything changes.
+	var body bytes.Buffer
+	json.NewEncoder(&body).Encode(enlist.Report{Machine: l.machine().ID})
+	resp, err := http.Post(l.url+enlist.PathCommissioned, "application/json", &body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,197 @@
+// Package deploy writes a raw disk image to a disk and erases disks: the
+// deploy and erase modes of rackd's ephemeral environment (issue 7).
+//
+// Write streams the image straight to the disk, hashing it as it goes, and
+// makes sure that a disk whose image did not arrive whole and correct is
+// never left bootable: the first MiB (boot sector, partition table, the
+// start of the EFI system partition's GPT) is zeroed before anything else,
+// held back in memory while the rest is written, and written last, only
+// after every other byte is on the disk (fsync) and the SHA-256 of the
+// whole image matched. A wrong checksum, a short or long stream, a write
+// error or a cancelled context leave the first MiB zeroed: firmware finds
+// nothing to boot there, and the machine is not mistaken for deployed.
+package deploy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"rackd/enlist"
+)
+
+// HeadSize is what Write holds back and writes last, and what Erase wipes
+// at each end of a disk.
+const HeadSize = 1 << 20
+
+// chunk is the size of one write.
+const chunk = 4 << 20
+
+// Disk is a disk open for writing: a block device, or a file in tests.
+type Disk interface {
+	io.WriterAt
+	Sync() error
+}
+
+// Result says what Write wrote.
+type Result struct {
+	Bytes  int64
+	SHA256 string
+}
+
+// ChecksumError is an image whose content is not the one announced.
+type ChecksumError struct {
+	Got, Want string
+}
+
+func (e *ChecksumError) Error() string {
+	return fmt.Sprintf("sha256 mismatch: the image streamed hashes to %s, want %s", e.Got, e.Want)
+}
+
+// Write streams size bytes of image from r to d, verifying that they hash
+// to wantSHA (lower-case hex). progress, when set, is told the bytes
+// written so far after each chunk. See the package documentation for the
+// order of writes.
+func Write(ctx context.Context, r io.Reader, d Disk, size int64, wantSHA string, progress func(int64)) (Result, error) {
+	if size <= 0 {
+		return Result{}, fmt.Errorf("image size %d: want a positive size", size)
+	}
+	if err := zero(d, 0, min(HeadSize, size)); err != nil {
+		return Result{}, fmt.Errorf("clear the head of the disk: %w", err)
+	}
+	if err := d.Sync(); err != nil {
+		return Result{}, fmt.Errorf("sync the disk: %w", err)
+	}
+	h := sha256.New()
+	head := make([]byte, min(HeadSize, size))
+	if _, err := io.ReadFull(r, head); err != nil {
+		return Result{}, fmt.Errorf("read the image: %w after 0 of %d bytes", noEOF(err), size)
+	}
+	h.Write(head)
+	off := int64(len(head))
+	buf := make([]byte, chunk)
+	for off < size {
+		if err := ctx.Err(); err != nil {
+			return Result{Bytes: off}, err
+		}
+		want := min(int64(len(buf)), size-off)
+		n, err := io.ReadFull(r, buf[:want])
+		if n > 0 {
+			h.Write(buf[:n])
+			if _, werr := d.WriteAt(buf[:n], off); werr != nil {
+				return Result{Bytes: off}, fmt.Errorf("write the disk at byte %d: %w", off, werr)
+			}
+			off += int64(n)
+			if progress != nil {
+				progress(off)
+			}
+		}
+		if err != nil {
+			return Result{Bytes: off}, fmt.Errorf("read the image: %w after %d of %d bytes", noEOF(err), off, size)
+		}
+	}
+	// Anything after size means the image is not the one announced.
+	var one [1]byte
+	if n, _ := r.Read(one[:]); n > 0 {
+		return Result{Bytes: off}, fmt.Errorf("the image is longer than the %d bytes announced", size)
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	if got != wantSHA {
+		return Result{Bytes: off}, &ChecksumError{Got: got, Want: wantSHA}
+	}
+	if err := d.Sync(); err != nil {
+		return Result{Bytes: off}, fmt.Errorf("sync the disk: %w", err)
+	}
+	if _, err := d.WriteAt(head, 0); err != nil {
+		return Result{Bytes: off}, fmt.Errorf("write the head of the disk: %w", err)
+	}
+	if err := d.Sync(); err != nil {
+		return Result{Bytes: off}, fmt.Errorf("sync the disk: %w", err)
+	}
+	return Result{Bytes: off, SHA256: got}, nil
+}
+
+// noEOF turns a clean end of stream into what it means here: too short.
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("the image ended early")
+	}
+	return err
+}
+
+// Erase zeroes the first and last MiB of a disk of size bytes (partition
+// tables at both ends, boot sectors, most file system superblocks) and
+// syncs: quick, and enough that the next user finds an empty disk.
+func Erase(d Disk, size int64) error {
+	if size <= 0 {
+		return fmt.Errorf("disk size %d: want a positive size", size)
+	}
+	n := min(HeadSize, size)
+	if err := zero(d, 0, n); err != nil {
+		return fmt.Errorf("erase the head: %w", err)
+	}
+	if err := zero(d, size-n, n); err != nil {
+		return fmt.Errorf("erase the tail: %w", err)
+	}
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	return nil
+}
+
+func zero(d Disk, off, n int64) error {
+	_, err := d.WriteAt(make([]byte, n), off)
+	return err
+}
+
+// Disk selection. The rule comes from the kernel command line
+// (rackd.disk=) or a flag: "auto" (or empty) takes the first disk, by
+// kernel name, that is large enough and not a CD/DVD drive (sr*) or a
+// read-only-by-nature device; a kernel name ("vda", "nvme0n1") takes that
+// disk, which must be large enough.
+
+// maxRule bounds a rule's length.
+const maxRule = 64
+
+// ChooseDisk picks the target disk of rule among disks for an image of
+// size bytes.
+func ChooseDisk(disks []enlist.Disk, rule string, size int64) (enlist.Disk, error) {
+	rule = strings.TrimSpace(rule)
+	if len(rule) > maxRule {
+		return enlist.Disk{}, fmt.Errorf("disk rule of %d bytes, at most %d", len(rule), maxRule)
+	}
+	if rule == "" || rule == "auto" {
+		var seen []string
+		for _, d := range disks {
+			if strings.HasPrefix(d.Name, "sr") || strings.HasPrefix(d.Name, "mmcblk") && strings.Contains(d.Name, "boot") {
+				continue
+			}
+			if d.SizeBytes >= size {
+				return d, nil
+			}
+			seen = append(seen, fmt.Sprintf("%s (%d bytes)", d.Name, d.SizeBytes))
+		}
+		if len(seen) == 0 {
+			return enlist.Disk{}, errors.New("no disk found to write the image to")
+		}
+		return enlist.Disk{}, fmt.Errorf("no disk holds the %d-byte image: %s", size, strings.Join(seen, ", "))
+	}
+	for _, c := range rule {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':' || c == '!') {
+			return enlist.Disk{}, fmt.Errorf("disk rule %q: want auto or a kernel disk name like vda or nvme0n1", rule)
+		}
+	}
+	for _, d := range disks {
+		if d.Name == rule {
+			if d.SizeBytes < size {
+				return enlist.Disk{}, fmt.Errorf("disk %s has %d bytes, the image %d", d.Name, d.SizeBytes, size)
+			}
+			return d, nil
+		}
+	}
+	return enlist.Disk{}, fmt.Errorf("disk rule %q: no such disk", rule)
+}

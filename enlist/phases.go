@@ -1,0 +1,131 @@
+package enlist
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+)
+
+// The phase reports (issue 7): the commissioning, deploy and erase
+// environments end by telling rackd how it went. Unlike whoami and enlist
+// these change a known machine, so they carry the machine's phase
+// credential, rackd.token= of the kernel command line, as a Bearer token.
+// The credential is used once: a report that arrives twice (an answer lost
+// on the way back) is answered again without changing anything.
+//
+//	POST /metadata/v1/commissioned  Report{machine, inventory | error}
+//	POST /metadata/v1/deployed      Report{machine, disk, bytes, sha256 | error}
+//	POST /metadata/v1/erased        Report{machine, erased | error}
+//	  -> 200 ReportAnswer{state, action}
+//	  |  401 {"error", "code": "unauthorized"}
+
+// The paths of the phase reports.
+const (
+	PathCommissioned = "/metadata/v1/commissioned"
+	PathDeployed     = "/metadata/v1/deployed"
+	PathErased       = "/metadata/v1/erased"
+)
+
+// Modes of the environment, rackd.mode= on the kernel command line.
+const (
+	ModeEnlist     = "enlist"
+	ModeCommission = "commission"
+	ModeDeploy     = "deploy"
+	ModeErase      = "erase"
+)
+
+// Report is a phase report.
+type Report struct {
+	// Machine is the machine's id (rackd.machine=).
+	Machine string `json:"machine"`
+	// Error, when set, is why the phase failed: rackd fails the machine
+	// with it as the reason. At most MaxReportError bytes are kept.
+	Error string `json:"error,omitempty"`
+	// Inventory is commissioning's full inventory.
+	Inventory *Inventory `json:"inventory,omitempty"`
+	// Disk, Bytes and SHA256 say what a deployment wrote where.
+	Disk   string `json:"disk,omitempty"`
+	Bytes  int64  `json:"bytes,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+	// Erased names the disks an erase wiped.
+	Erased []string `json:"erased,omitempty"`
+}
+
+// ReportAnswer is rackd's answer to a report: the machine's state now and
+// what the environment does next.
+type ReportAnswer struct {
+	State  string `json:"state"`
+	Action Action `json:"action"`
+}
+
+// MaxReportError bounds a report's error text.
+const MaxReportError = 1024
+
+var machineIDRE = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+
+// Validate checks a report's fields (the inventory as Inventory.Validate).
+func (r Report) Validate() error {
+	if !machineIDRE.MatchString(r.Machine) {
+		return fmt.Errorf("machine %q: want the id of rackd.machine=", clip(r.Machine))
+	}
+	if len(r.Error) > MaxReportError {
+		return fmt.Errorf("error is longer than %d bytes", MaxReportError)
+	}
+	if r.Inventory != nil {
+		if err := r.Inventory.Validate(); err != nil {
+			return err
+		}
+	}
+	if r.Bytes < 0 {
+		return fmt.Errorf("bytes %d is negative", r.Bytes)
+	}
+	if len(r.Erased) > MaxDisks {
+		return fmt.Errorf("erased: %d disks, at most %d", len(r.Erased), MaxDisks)
+	}
+	for _, d := range append([]string{r.Disk}, r.Erased...) {
+		if d != "" && !diskNameRE.MatchString(d) {
+			return fmt.Errorf("disk name %q: want a kernel device name like sda or nvme0n1", clip(d))
+		}
+	}
+	if r.SHA256 != "" && !sha256RE.MatchString(r.SHA256) {
+		return fmt.Errorf("sha256 %q: want 64 lower-case hex digits", clip(r.SHA256))
+	}
+	return nil
+}
+
+var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// Report sends a phase report to path (PathCommissioned, ...) with the
+// phase credential. It retries while rackd is unreachable or busy; a 401
+// is permanent (the credential is wrong, used or expired).
+func (c *Client) Report(ctx context.Context, path, token string, r Report) (ReportAnswer, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return ReportAnswer{}, fmt.Errorf("encode report: %w", err)
+	}
+	var out ReportAnswer
+	err = c.retry(ctx, "report", func(ctx context.Context) error {
+		status, body, err := c.doAuth(ctx, http.MethodPost, path, token, data)
+		if err != nil {
+			return err
+		}
+		if status != http.StatusOK {
+			return refusal(status, body)
+		}
+		if err := json.Unmarshal(body, &out); err != nil || !out.Action.Valid() {
+			return fmt.Errorf("report: unexpected answer %q", clip(string(body)))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Final console lines of the phase modes (see the package documentation).
+const (
+	MarkerCommissioned = Prefix + "commissioned (" // + "<STATE>), powering off"
+	MarkerDeployed     = Prefix + "deployed "      // + "<bytes> bytes to <disk>, rebooting"
+	MarkerErased       = Prefix + "erased "        // + "<disks>, powering off"
+	MarkerPhaseFailed  = Prefix + "phase failed: " // + "<mode>: <reason> (reported), powering off"
+)
