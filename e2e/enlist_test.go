@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"rackd/agent/api"
 	"rackd/internal/netnstest"
@@ -93,12 +92,11 @@ func TestE2EEnlistBIOS(t *testing.T) {
 
 	o := vmOptions{mac: randomMAC(), memMB: 768, cpus: 2}
 	v := l.startVM(o)
-	// The client prints this line once rackd has answered 201: the
-	// machine is NEW from then on.
-	enlisted := v.waitFor(markEnlisted, 1)
+	_, enlisted := l.waitMachine(v, o.mac)
 	m := checkEnlisted(t, l, o)
 	off := v.waitExit()
 	v.logTimeline("powered off", off)
+	v.finalLine(markEnlisted)
 	lines := cmdlines(v.text())
 	if len(lines) != 1 || !strings.Contains(lines[0], "rackd.mode=enlist") || !strings.Contains(lines[0], "rackd.url="+l.url) {
 		t.Errorf("kernel command lines %q: want one enlist boot told rackd.url=%s", lines, l.url)
@@ -137,12 +135,18 @@ func TestE2EKnownMachineReboots(t *testing.T) {
 	acks0 := l.metric("rackd_dhcp_replies_total", `outcome="ack"`)
 
 	v := l.startVM(o)
-	rebootAt := v.waitFor(markKnownReboot, 1)
 	// The second boot: the kernel's second command line.
-	v.waitFor("Command line: ", 2)
-	deployAt := time.Since(v.start)
+	deployAt := v.waitFor("Command line: ", 2)
 	v.logTimeline("second kernel", deployAt)
 	v.stop()
+	v.finalLine(markKnownReboot)
+	whoamiReboot := `endpoint="whoami",outcome="reboot"`
+	if n := l.metric("rackd_metadata_requests_total", whoamiReboot); n < 1 {
+		t.Errorf("rackd answered whoami with reboot %v times, want at least 1", n)
+	}
+	if n := l.metric("rackd_metadata_requests_total", `endpoint="enlist"`); n != 0 {
+		t.Errorf("the known machine sent %v enlist requests, want none", n)
+	}
 
 	lines := cmdlines(v.text())
 	if len(lines) < 2 {
@@ -169,8 +173,8 @@ func TestE2EKnownMachineReboots(t *testing.T) {
 	if ms := l.machines(); len(ms) != 1 {
 		t.Errorf("%d machines after the boots, want 1: %+v", len(ms), ms)
 	}
-	t.Logf("known VM %s: whoami said reboot at %.1fs, the DEPLOYING config booted at %.1fs",
-		o.mac, rebootAt.Seconds(), deployAt.Seconds())
+	t.Logf("known VM %s: whoami said reboot, and the DEPLOYING config booted %.1fs after the VM's start",
+		o.mac, deployAt.Seconds())
 }
 
 var bootImageRE = regexp.MustCompile(`BOOT_IMAGE=\(http,[0-9.]+:[0-9]+\)/boot/images/[0-9a-f]{64}`)
@@ -216,7 +220,7 @@ func TestE2EUEFIGrub(t *testing.T) {
 
 	o := vmOptions{mac: randomMAC(), memMB: 768, cpus: 2, uefi: true, noROM: true}
 	v := l.startVM(o)
-	v.waitFor(markEnlisted, 1)
+	l.waitMachine(v, o.mac)
 	checkEnlisted(t, l, o)
 	// GRUB asked rackd for this machine's own config (by TFTP).
 	if !regexp.MustCompile(`"msg":"tftp: sent".*"file":"[^"]*grub\.cfg-(01-)?` + strings.ReplaceAll(o.mac, ":", "[:-]")).MatchString(l.rackd.Output()) {
@@ -224,6 +228,7 @@ func TestE2EUEFIGrub(t *testing.T) {
 	}
 	off := v.waitExit()
 	v.logTimeline("powered off", off)
+	v.finalLine(markEnlisted)
 	lines := cmdlines(v.text())
 	// GRUB passes the kernel's path as BOOT_IMAGE: the kernel came by
 	// HTTP from rackd's images, through the config rackd rendered.

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -291,6 +292,44 @@ func (l *lab) machines() []api.Machine {
 		l.t.Fatalf("machines list --json: %v\n%s", err, out)
 	}
 	return ms
+}
+
+// waitMachine waits until rackd has a machine with mac, polling the API,
+// and returns how long after the VM's start it first saw it. It fails the
+// test when the enlist client gives up, when QEMU has exited without the
+// machine appearing, or after bootTimeout.
+func (l *lab) waitMachine(v *vm, mac string) (api.Machine, time.Duration) {
+	l.t.Helper()
+	deadline := time.Now().Add(bootTimeout)
+	for {
+		var ms []api.Machine
+		l.call(http.StatusOK, "GET", "/api/v1/machines", nil, &ms)
+		for _, m := range ms {
+			for _, x := range m.MACs {
+				if strings.EqualFold(x, mac) {
+					return m, time.Since(v.start)
+				}
+			}
+		}
+		v.failed()
+		select {
+		case <-v.proc.Done():
+			// It may have enlisted just before powering off: one
+			// more look.
+			l.call(http.StatusOK, "GET", "/api/v1/machines", nil, &ms)
+			for _, m := range ms {
+				if slices.ContainsFunc(m.MACs, func(x string) bool { return strings.EqualFold(x, mac) }) {
+					return m, time.Since(v.start)
+				}
+			}
+			l.t.Fatalf("QEMU exited (%v) and rackd has no machine with MAC %s", v.proc.Wait(time.Second), mac)
+		default:
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("no machine with MAC %s in rackd within %v", mac, bootTimeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // machineByMAC returns the machine with mac, if any.
