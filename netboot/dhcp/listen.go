@@ -6,20 +6,6 @@ import (
 	"net/netip"
 )
 
-// ListenAddr opens a plain UDP socket on addr:port (listen-on-address mode,
-// see Config.Addrs). The socket belongs to the calling thread's network
-// namespace.
-func ListenAddr(addr netip.Addr, port int) (Conn, error) {
-	if !addr.Is4() {
-		return Conn{}, fmt.Errorf("dhcp: %v is not an IPv4 address", addr)
-	}
-	pc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, uint16(port))))
-	if err != nil {
-		return Conn{}, fmt.Errorf("dhcp: listen on %v: %w", addr, err)
-	}
-	return Conn{PC: pc, In: Interface{Addr: addr}}, nil
-}
-
 // interfaceAddr is the interface's first IPv4 address.
 func interfaceAddr(ifi *net.Interface) (netip.Addr, error) {
 	addrs, err := ifi.Addrs()

@@ -1,11 +1,9 @@
 package dhcp
 
 import (
-	"context"
 	"fmt"
 	"net"
-	"strconv"
-	"syscall"
+	"net/netip"
 )
 
 // ListenInterface opens the server socket for the named interface:
@@ -24,22 +22,23 @@ func ListenInterface(ifname string, port int) (Conn, error) {
 	if err != nil {
 		return Conn{}, err
 	}
-	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			// Before bind(2), which is what makes the per-device
-			// port sharing work. Go already sets SO_BROADCAST on
-			// UDP sockets.
-			serr = syscall.BindToDevice(int(fd), ifname)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
-	pc, err := lc.ListenPacket(context.Background(), "udp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
+	pc, err := listenUDP(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(port)), ifname)
 	if err != nil {
 		return Conn{}, fmt.Errorf("dhcp: listen on %s: %w", ifname, err)
 	}
 	return Conn{PC: pc, In: Interface{Name: ifname, Addr: addr}}, nil
+}
+
+// ListenAddr opens a plain UDP socket on addr:port (listen-on-address mode,
+// see Config.Addrs). The socket belongs to the calling thread's network
+// namespace.
+func ListenAddr(addr netip.Addr, port int) (Conn, error) {
+	if !addr.Is4() {
+		return Conn{}, fmt.Errorf("dhcp: %v is not an IPv4 address", addr)
+	}
+	pc, err := listenUDP(netip.AddrPortFrom(addr, uint16(port)), "")
+	if err != nil {
+		return Conn{}, fmt.Errorf("dhcp: listen on %v: %w", addr, err)
+	}
+	return Conn{PC: pc, In: Interface{Addr: addr}}, nil
 }

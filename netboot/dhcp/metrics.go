@@ -62,7 +62,7 @@ type metrics struct {
 	latency   *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, queueLen, socketDrops func() float64) (*metrics, error) {
 	m := &metrics{
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem, Name: "packets_received_total",
@@ -92,6 +92,10 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, e
 		Namespace: namespace, Subsystem: subsystem, Name: "queue_length",
 		Help: "DHCP packets waiting for a worker.",
 	}, queueLen)
+	kernelDrops := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "socket_drops_total",
+		Help: "DHCP packets the kernel dropped before rackd read them (socket receive buffer full), over the sockets served.",
+	}, socketDrops)
 	// Every series that can occur exists from the start, so that rates
 	// and absent() work before the first packet (and no dead ones).
 	for _, t := range []string{"discover", "request", "decline", "release", "inform", typeOther, typeInvalid} {
@@ -116,7 +120,7 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, e
 		m.latency.WithLabelValues(t)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.received, m.replies, m.drops, m.conflicts, m.latency, queue} {
+		for _, c := range []prometheus.Collector{m.received, m.replies, m.drops, m.conflicts, m.latency, queue, kernelDrops} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

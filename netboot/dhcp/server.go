@@ -95,6 +95,29 @@ type Server struct {
 	// pending bounds the requests waiting on it.
 	async   AsyncAcker
 	pending chan struct{}
+	// conns are the sockets served, for their kernel drop counters.
+	conns atomic.Pointer[[]Conn]
+}
+
+// dropCounter is a socket that knows how many packets the kernel dropped
+// for it (udpSocket).
+type dropCounter interface {
+	kernelDrops() uint64
+}
+
+// socketDrops sums the kernel's drop counters of the sockets served.
+func (s *Server) socketDrops() float64 {
+	conns := s.conns.Load()
+	if conns == nil {
+		return 0
+	}
+	var n uint64
+	for _, c := range *conns {
+		if d, ok := c.PC.(dropCounter); ok {
+			n += d.kernelDrops()
+		}
+	}
+	return float64(n)
 }
 
 type job struct {
@@ -136,7 +159,7 @@ func New(cfg Config, leases Leases, prober Prober, boot netboot.BootConfig, log 
 	s := &Server{cfg: cfg, log: log, jobs: make(chan job, cfg.QueueSize)}
 	s.async, _ = leases.(AsyncAcker)
 	s.pending = make(chan struct{}, cfg.Workers+cfg.QueueSize)
-	m, err := newMetrics(reg, func() float64 { return float64(len(s.jobs)) })
+	m, err := newMetrics(reg, func() float64 { return float64(len(s.jobs)) }, s.socketDrops)
 	if err != nil {
 		return nil, fmt.Errorf("dhcp: metrics: %w", err)
 	}
@@ -193,6 +216,7 @@ func (s *Server) ServeConns(ctx context.Context, conns []Conn) error {
 	for _, c := range conns {
 		s.log.Info("dhcp: serving", "interface", c.In.Name, "addr", c.In.Addr, "local", c.PC.LocalAddr())
 	}
+	s.conns.Store(&conns)
 
 	var workers sync.WaitGroup
 	for range s.cfg.Workers {
@@ -241,14 +265,27 @@ func collect(errc <-chan error) []error {
 	return errs
 }
 
+// receiver is a socket that can read a datagram without its source address
+// (udpSocket).
+type receiver interface {
+	recv(b []byte) (int, error)
+}
+
 // read serves the packets of one socket until it is closed. It parses
 // each and answers itself what needs no wait (most DHCPDISCOVERs, INFORM):
 // handing those to a worker would cost more than answering them. What waits
 // on a durable commit or an ARP probe is queued for the workers.
 func (s *Server) read(ctx context.Context, c Conn) error {
 	buf := make([]byte, maxPacket)
+	recv := func(b []byte) (int, error) {
+		n, _, err := c.PC.ReadFrom(b)
+		return n, err
+	}
+	if r, ok := c.PC.(receiver); ok {
+		recv = r.recv // no source address to build: replies go where RFC 2131 says
+	}
 	for {
-		n, _, err := c.PC.ReadFrom(buf)
+		n, err := recv(buf)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
