@@ -443,6 +443,12 @@ func (b bootSource) Environments(ctx context.Context, arch string) (bootconf.Env
 			env.Deploy[im.Name] = e
 		}
 	}
+	// The enlistment initramfs is also the commissioning, deploy and erase
+	// environment (rackd.mode= tells it which): without an image of
+	// purpose commission, the enlist image serves.
+	if !env.Commission.Available() {
+		env.Commission = env.Enlist
+	}
 	// A raw disk image without a kernel of its own is written by the
 	// commissioning environment (the u-root initramfs) in deploy mode.
 	for _, im := range disks {

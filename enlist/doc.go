@@ -30,4 +30,18 @@
 //	rackd-enlist: already known, rebooting             (409 already_known)
 //	rackd-enlist: already known, powering off
 //	rackd-enlist: failed: <reason>                     (then exits 1; no action)
+//
+// # Phase modes
+//
+// Booted with rackd.mode=commission, deploy or erase (rackd renders it for a
+// machine COMMISSIONING, DEPLOYING a raw disk image, or RELEASING with an
+// erase), the program skips whoami and does the phase's work, then reports
+// with the machine's phase credential (rackd.token=) as a Bearer token (see
+// Report and phases.go). Its final lines are:
+//
+//	rackd-enlist: commissioned (READY), powering off
+//	rackd-enlist: deployed <bytes> bytes to <disk>, rebooting
+//	rackd-enlist: erased <disk> <disk>..., powering off
+//	rackd-enlist: phase failed: <mode>: <reason> (reported), powering off
+//	rackd-enlist: failed: <reason>     (the report itself failed: exits 1)
 package enlist

@@ -201,7 +201,12 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 
 	// Commissioning: the rendered command line carries the mode, the
 	// machine and its credential; the report makes the machine READY with
-	// the full inventory.
+	// the full inventory, and its sticky address (the setting is on by
+	// default).
+	if _, err := l.api.CreateSubnet(ctx, api.Subnet{CIDR: "10.77.0.0/24",
+		DynamicRanges: []api.Range{{Start: "10.77.0.100", End: "10.77.0.199"}}}); err != nil {
+		t.Fatal(err)
+	}
 	l.action("commission", api.ActionRequest{})
 	cl := l.cmdline()
 	m := l.machine()
@@ -225,6 +230,9 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 		len(v.Inventory.Disks) != 1 || v.Inventory.Disks[0].Name != "vda" || v.Inventory.Disks[0].SizeBytes != diskBytes ||
 		v.Inventory.Vendor != "QEMU" || v.Inventory.SystemUUID != "5c7a1f2e-0b3d-4e5f-8a9b-0c1d2e3f4a5b" {
 		t.Fatalf("after commissioning: %+v inventory %+v", v, v.Inventory)
+	}
+	if len(v.IPs) != 1 || v.IPs[0].Kind != "sticky" || v.IPs[0].MAC != phaseMAC {
+		t.Fatalf("no sticky address after commissioning: %+v", v.IPs)
 	}
 	if l.cmdline() != "" {
 		t.Fatal("a READY machine is still served an environment")
