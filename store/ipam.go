@@ -28,7 +28,7 @@ type IPAMOptions struct {
 	Quarantine time.Duration
 	// LeaseCommitDelay spaces the commits of DHCP acknowledgements under
 	// load: one waits for company until this long after the previous
-	// commit (see updateLazy). Default 4ms; negative: none.
+	// commit (see updateLazy). Default 10ms; negative: none.
 	LeaseCommitDelay time.Duration
 	// StickyOnCommission gives a machine's boot interface a sticky address
 	// when its hardware becomes known (commissioning succeeds, or it is
@@ -40,7 +40,7 @@ type IPAMOptions struct {
 func DefaultIPAM() IPAMOptions {
 	on := true
 	return IPAMOptions{OfferHold: 30 * time.Second, PXELease: 10 * time.Minute, Quarantine: time.Hour,
-		LeaseCommitDelay: 4 * time.Millisecond, StickyOnCommission: &on}
+		LeaseCommitDelay: 10 * time.Millisecond, StickyOnCommission: &on}
 }
 
 func (o IPAMOptions) withDefaults() IPAMOptions {
