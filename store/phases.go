@@ -335,9 +335,11 @@ func (c *Credential) String() string {
 }
 
 // bootForErase has a machine released with an erase boot the erase
-// environment: desired power on with next boot PXE, queued after the
-// RELEASING policy's off (the queue folds them to the newest), so that
-// enforcement keeps it on until the erase report completes the release.
+// environment: desired power on, and a power cycle with next boot PXE (the
+// machine may be running its deployed system, which a plain "on" would
+// leave running; a cycle of a machine that is off powers it on), queued
+// after the RELEASING policy's off, which the queue folds into it.
+// Enforcement keeps it on until the erase report completes the release.
 func (t *Tx) bootForErase(m Machine, who, why string) error {
 	ps, err := t.powerStatus(m)
 	if err != nil {
@@ -355,6 +357,6 @@ func (t *Tx) bootForErase(m Machine, who, why string) error {
 	} else {
 		why = "erase before release: " + why
 	}
-	_, err = t.enqueuePower(m, PowerAction("on"), "pxe", who, why)
+	_, err = t.enqueuePower(m, PowerCycle, "pxe", who, why)
 	return err
 }
