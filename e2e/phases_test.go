@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,9 +31,24 @@ import (
 const (
 	osMarker      = "RACKD-E2E-DEPLOYED-OS-BOOTED"
 	corruptMarker = "RACKD-E2E-CORRUPT-IMAGE-BOOTED"
-	vmDiskBytes   = 64 << 20
-	rawImageBytes = 8 << 20
 )
+
+// rawImageBytes is the size of the test's raw images: 8 MiB, or
+// RACKD_E2E_RAW_MB MiB (bench-deploy streams a larger one); the VM's disk
+// is 64 MiB or the image and 16 MiB more.
+func rawImageBytes(t *testing.T) int {
+	s := os.Getenv("RACKD_E2E_RAW_MB")
+	if s == "" {
+		return 8 << 20
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 4096 {
+		t.Fatalf("RACKD_E2E_RAW_MB=%q: want 1..4096", s)
+	}
+	return n << 20
+}
+
+func vmDiskBytes(t *testing.T) int64 { return max(64<<20, int64(rawImageBytes(t))+16<<20) }
 
 // bootSector is a BIOS boot sector that writes the message at its end to
 // the first serial port (COM1, 0x3F8) and halts:
@@ -47,7 +65,7 @@ var bootSector = []byte{0x31, 0xC0, 0x8E, 0xD8, 0xBE, 0x16, 0x7C, 0xBA, 0xF8, 0x
 // byte anywhere changes the checksum.
 func rawImage(t *testing.T, name, marker string, seed uint64) (dir, sum string) {
 	t.Helper()
-	b := make([]byte, rawImageBytes)
+	b := make([]byte, rawImageBytes(t))
 	r := rand.New(rand.NewPCG(seed, seed))
 	for i := range b {
 		b[i] = byte(r.Uint32())
@@ -99,7 +117,7 @@ func newBMCVM(t *testing.T, l *lab, memMB, cpus int) *bmcVM {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Truncate(vmDiskBytes); err != nil {
+	if err := f.Truncate(vmDiskBytes(t)); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -232,7 +250,13 @@ func TestE2ECommissionDeployRelease(t *testing.T) {
 	}
 	img := enlistImage(t)
 	l := newLab(t, labOptions{})
-	l.importImage(img) // also the commissioning, deploy and erase environment
+	if os.Getenv("RACKD_E2E_BENCH") != "" {
+		// bench-deploy: the same environment as a commissioning image
+		// that also times a plain download of the image first.
+		l.importImage(benchEnvironment(t, img))
+	} else {
+		l.importImage(img) // also the commissioning, deploy and erase environment
+	}
 	goodDir, goodSHA := rawImage(t, "e2e-raw", osMarker, 1)
 	badDir, badSHA := rawImage(t, "e2e-raw-bad", corruptMarker, 2)
 	l.importImage(goodDir)
@@ -262,14 +286,14 @@ func TestE2ECommissionDeployRelease(t *testing.T) {
 	m, _ = l.waitState(m.ID, "READY", "FAILED_COMMISSIONING")
 	commission := time.Since(start)
 	if m.CPUCount != cpus || m.MemoryMB != memMB || m.Inventory == nil || len(m.Inventory.Disks) != 1 ||
-		m.Inventory.Disks[0].Name != "vda" || m.Inventory.Disks[0].SizeBytes != vmDiskBytes || m.MACs[0] != v.mac {
+		m.Inventory.Disks[0].Name != "vda" || m.Inventory.Disks[0].SizeBytes != vmDiskBytes(t) || m.MACs[0] != v.mac {
 		t.Fatalf("after commissioning: %+v, inventory %+v", m, m.Inventory)
 	}
 	v.waitPower(false)
 	t.Logf("commissioned in %.1fs: %d CPUs, %d MiB, disk %s %d bytes, IPs %+v", commission.Seconds(), m.CPUCount, m.MemoryMB,
 		m.Inventory.Disks[0].Name, m.Inventory.Disks[0].SizeBytes, m.IPs)
-	if !strings.Contains(l.cli("machines", "show", "vm1"), "vda 0.1 GiB") {
-		t.Errorf("machines show lacks the disk:\n%s", l.cli("machines", "show", "vm1"))
+	if show := l.cli("machines", "show", "vm1"); !regexp.MustCompile(`(?m)^Disks:\s+vda `).MatchString(show) {
+		t.Errorf("machines show lacks the disk:\n%s", show)
 	}
 
 	// Deploy the good image: written, rebooted, booted from the disk.
@@ -287,6 +311,14 @@ func TestE2ECommissionDeployRelease(t *testing.T) {
 		t.Error("the VM's disk does not start with the image")
 	}
 	t.Logf("deployed in %.1fs (report), the OS on its disk printed its marker by %.1fs", deploy.Seconds(), booted.Seconds())
+	if mb, ok := consoleRate(v.text(), `wrote \d+ bytes to vda in [0-9.]+s \(([0-9.]+) MB/s\)`); ok {
+		t.Logf("image streamed to the VM's disk at %.1f MB/s (HTTP, sha256, write, fsync)", mb)
+		recordResult(t, "e2e_stream_mb_s", mb)
+	}
+	if mb, ok := consoleRate(v.text(), `download only: \d+ bytes in [0-9.]+s \(([0-9.]+) MB/s\)`); ok {
+		t.Logf("plain download of the image into nothing in the same environment: %.1f MB/s", mb)
+		recordResult(t, "e2e_download_mb_s", mb)
+	}
 
 	// Release with an erase.
 	start = time.Now()
@@ -356,4 +388,37 @@ func diskDriversListed(t *testing.T) bool {
 		}
 	}
 	return false
+}
+
+// consoleRate reads the first submatch of re on the console as a number.
+func consoleRate(console, re string) (float64, bool) {
+	m := regexp.MustCompile(re).FindStringSubmatch(console)
+	if m == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	return v, err == nil
+}
+
+// benchEnvironment is the enlistment image as a commissioning image whose
+// command line asks the deploy mode to time a plain download first.
+func benchEnvironment(t *testing.T, img string) string {
+	t.Helper()
+	dir := copyImage(t, img, "bench-commission", "commission")
+	p := filepath.Join(dir, "rackd-image.json")
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	cl, _ := m["cmdline"].(string)
+	m["cmdline"] = strings.TrimSpace(cl + " enlist.measure_download=1")
+	out, _ := json.MarshalIndent(m, "", "  ")
+	if err := os.WriteFile(p, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -35,13 +35,18 @@ type phaseArgs struct {
 	image, sha256 string
 	size          int64
 	diskRule      string
+	// measureDownload (enlist.measure_download=1, an image's own argument:
+	// benchmarks only) first fetches the image into nothing, timed, as the
+	// reference the streaming rate is compared with.
+	measureDownload bool
 }
 
 // parsePhaseArgs reads the phase's arguments from the command line (and
 // the -disk flag, which wins over rackd.disk=).
 func parsePhaseArgs(mode, cmdline, diskFlag string) (phaseArgs, error) {
 	get := func(k string) string { v, _ := inventory.ParseCmdline(cmdline, k); return v }
-	p := phaseArgs{mode: mode, machine: get("rackd.machine"), token: get("rackd.token"), diskRule: get("rackd.disk")}
+	p := phaseArgs{mode: mode, machine: get("rackd.machine"), token: get("rackd.token"), diskRule: get("rackd.disk"),
+		measureDownload: get("enlist.measure_download") == "1"}
 	if diskFlag != "" {
 		p.diskRule = diskFlag
 	}
@@ -145,6 +150,11 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, in
 	}
 	defer d.Close()
 	u := strings.TrimSuffix(base.String(), "/") + "/boot/" + p.image
+	if p.measureDownload {
+		if err := measureDownload(ctx, u, say); err != nil {
+			say("download-only measurement failed: %v", err)
+		}
+	}
 	say("writing %s (%d bytes, sha256 %s) to %s (%d bytes)", u, p.size, p.sha256, target.Name, target.SizeBytes)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -181,7 +191,7 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, in
 		return res, target.Name, err
 	}
 	secs := time.Since(start).Seconds()
-	say("wrote %d bytes to %s in %.1fs (%.1f MB/s), sha256 verified, synced", res.Bytes, target.Name, secs, float64(res.Bytes)/1e6/max(secs, 1e-3))
+	say("wrote %d bytes to %s in %.2fs (%.1f MB/s), sha256 verified, synced", res.Bytes, target.Name, secs, float64(res.Bytes)/1e6/max(secs, 1e-3))
 	return res, target.Name, nil
 }
 
@@ -237,4 +247,30 @@ func eraseDisks(sys system, p phaseArgs, inv enlist.Inventory, say func(string, 
 		erased = append(erased, t.Name)
 	}
 	return erased, errors.Join(errs...)
+}
+
+// measureDownload fetches u into nothing and says how fast: the reference
+// a benchmark compares the deployment's streaming rate with (the same
+// environment, the same server, no hashing, no disk).
+func measureDownload(ctx context.Context, u string, say func(string, ...any)) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %s", u, resp.Status)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	say("download only: %d bytes in %.2fs (%.1f MB/s)", n, secs, float64(n)/1e6/max(secs, 1e-3))
+	return nil
 }

@@ -256,9 +256,12 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 		!strings.Contains(cl, fmt.Sprintf("rackd.image_size=%d", len(l.raw))) {
 		t.Fatalf("deploy command line %q", cl)
 	}
-	h, err = l.boot(cl)
+	h, err = l.boot(cl + " enlist.measure_download=1")
 	if err != nil {
 		t.Fatalf("deploy: %v\n%s", err, h.out.String())
+	}
+	if want := fmt.Sprintf("download only: %d bytes in ", len(l.raw)); !strings.Contains(h.out.String(), want) {
+		t.Errorf("no download-only measurement (%q) with enlist.measure_download=1:\n%s", want, h.out.String())
 	}
 	if got := phaseLine(h.out.String()); got != fmt.Sprintf("%s%d bytes to vda, rebooting", enlist.MarkerDeployed, len(l.raw)) ||
 		!reflect.DeepEqual(h.power.actions(), []string{"reboot"}) {
