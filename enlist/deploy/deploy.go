@@ -18,8 +18,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"rackd/enlist"
 )
@@ -28,7 +31,7 @@ import (
 // at each end of a disk.
 const HeadSize = 1 << 20
 
-// chunk is the size of one write.
+// chunk is the size of one read and one write.
 const chunk = 4 << 20
 
 // Disk is a disk open for writing: a block device, or a file in tests.
@@ -72,27 +75,9 @@ func Write(ctx context.Context, r io.Reader, d Disk, size int64, wantSHA string,
 		return Result{}, fmt.Errorf("read the image: %w after 0 of %d bytes", noEOF(err), size)
 	}
 	h.Write(head)
-	off := int64(len(head))
-	buf := make([]byte, chunk)
-	for off < size {
-		if err := ctx.Err(); err != nil {
-			return Result{Bytes: off}, err
-		}
-		want := min(int64(len(buf)), size-off)
-		n, err := io.ReadFull(r, buf[:want])
-		if n > 0 {
-			h.Write(buf[:n])
-			if _, werr := d.WriteAt(buf[:n], off); werr != nil {
-				return Result{Bytes: off}, fmt.Errorf("write the disk at byte %d: %w", off, werr)
-			}
-			off += int64(n)
-			if progress != nil {
-				progress(off)
-			}
-		}
-		if err != nil {
-			return Result{Bytes: off}, fmt.Errorf("read the image: %w after %d of %d bytes", noEOF(err), off, size)
-		}
+	off, err := stream(ctx, r, d, h, int64(len(head)), size, progress)
+	if err != nil {
+		return Result{Bytes: off}, err
 	}
 	// Anything after size means the image is not the one announced.
 	var one [1]byte
@@ -113,6 +98,105 @@ func Write(ctx context.Context, r io.Reader, d Disk, size int64, wantSHA string,
 		return Result{Bytes: off}, fmt.Errorf("sync the disk: %w", err)
 	}
 	return Result{Bytes: off, SHA256: got}, nil
+}
+
+// depth is how many chunks are in flight between the reader, the hasher
+// and the writer.
+const depth = 4
+
+// stream copies the image from r to d from byte off to size, hashing it
+// into h. Reading, hashing and writing overlap: this goroutine reads each
+// chunk, then a hasher and a writer goroutine take it, in order, at the
+// same time (both only read the buffer), and it goes back to the pool when
+// both are done; so the rate is close to the slowest of the three rather
+// than their sum. It returns the bytes written (read, on a read error).
+func stream(ctx context.Context, r io.Reader, d Disk, h hash.Hash, off, size int64, progress func(int64)) (int64, error) {
+	type job struct {
+		b    []byte
+		off  int64
+		left *atomic.Int32
+	}
+	free := make(chan []byte, depth)
+	for range depth {
+		free <- make([]byte, chunk)
+	}
+	release := func(j job) {
+		if j.left.Add(-1) == 0 {
+			free <- j.b[:cap(j.b)]
+		}
+	}
+	hashQ, writeQ := make(chan job, depth), make(chan job, depth)
+	var (
+		wg      sync.WaitGroup
+		werr    atomic.Pointer[error]
+		written atomic.Int64
+	)
+	written.Store(off)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for j := range hashQ {
+			h.Write(j.b)
+			release(j)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for j := range writeQ {
+			if werr.Load() == nil {
+				if _, err := d.WriteAt(j.b, j.off); err != nil {
+					e := fmt.Errorf("write the disk at byte %d: %w", j.off, err)
+					werr.Store(&e)
+				} else if n := written.Add(int64(len(j.b))); progress != nil {
+					progress(n)
+				}
+			}
+			release(j)
+		}
+	}()
+	var rerr error
+read:
+	for off < size {
+		if werr.Load() != nil {
+			break
+		}
+		var b []byte
+		select {
+		case b = <-free:
+		case <-ctx.Done():
+			rerr = ctx.Err()
+			break read
+		}
+		if err := ctx.Err(); err != nil {
+			rerr = err
+			break
+		}
+		n, err := io.ReadFull(r, b[:min(int64(len(b)), size-off)])
+		if n > 0 {
+			left := new(atomic.Int32)
+			left.Store(2)
+			j := job{b: b[:n], off: off, left: left}
+			hashQ <- j
+			writeQ <- j
+			off += int64(n)
+		} else {
+			free <- b
+		}
+		if err != nil {
+			rerr = fmt.Errorf("read the image: %w after %d of %d bytes", noEOF(err), off, size)
+			break
+		}
+	}
+	close(hashQ)
+	close(writeQ)
+	wg.Wait()
+	if e := werr.Load(); e != nil {
+		return written.Load(), *e
+	}
+	if rerr != nil {
+		return off, rerr
+	}
+	return written.Load(), nil
 }
 
 // noEOF turns a clean end of stream into what it means here: too short.

@@ -134,11 +134,31 @@ type failingDisk struct{ *os.File }
 
 func (failingDisk) WriteAt([]byte, int64) (int, error) { return 0, errors.New("EIO") }
 
+// lateFailingDisk fails writes beyond byte 6 MiB: mid-stream, in the
+// writer of the pipeline.
+type lateFailingDisk struct{ *os.File }
+
+func (d lateFailingDisk) WriteAt(b []byte, off int64) (int, error) {
+	if off+int64(len(b)) > 6<<20 {
+		return 0, errors.New("EIO")
+	}
+	return d.File.WriteAt(b, off)
+}
+
 func TestWriteDiskError(t *testing.T) {
 	img, sum := image(2 << 20)
 	_, err := Write(context.Background(), bytes.NewReader(img), failingDisk{fakeDisk(t, 4<<20)}, int64(len(img)), sum, nil)
 	if err == nil || !strings.Contains(err.Error(), "EIO") {
 		t.Fatal(err)
+	}
+	big, bigSum := image(20 << 20)
+	f := fakeDisk(t, 24<<20)
+	res, err := Write(context.Background(), bytes.NewReader(big), lateFailingDisk{f}, int64(len(big)), bigSum, nil)
+	if err == nil || !strings.Contains(err.Error(), "write the disk at byte") || !strings.Contains(err.Error(), "EIO") || res.Bytes > 6<<20 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if got := read(t, f); !bytes.Equal(got[:HeadSize], make([]byte, HeadSize)) {
+		t.Fatal("the head is not zeroed after a write error")
 	}
 }
 
