@@ -173,6 +173,8 @@ type Store struct {
 	ops     chan *op
 	stop    chan struct{}
 	stopped chan struct{}
+	// urgent wakes a committer that sleeps to a commit deadline (nudge).
+	urgent  chan struct{}
 	closeMu sync.Once
 
 	// powerNotify is told about machines with new power requests.
@@ -237,7 +239,8 @@ func Open(path string, opts Options) (*Store, error) {
 		credKey = newCredentialKey()
 	}
 	s := &Store{db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey,
-		ops: make(chan *op, opts.MaxBatch), stop: make(chan struct{}), stopped: make(chan struct{})}
+		ops: make(chan *op, opts.MaxBatch), stop: make(chan struct{}), stopped: make(chan struct{}),
+		urgent: make(chan struct{}, 1)}
 	if err := guard(s.migrate); err != nil {
 		db.Close()
 		if errors.Is(err, errCorrupt) {
@@ -456,6 +459,7 @@ func (s *Store) updateLazy(ctx context.Context, delay time.Duration, fn func(*Tx
 	}
 	select {
 	case s.ops <- o:
+		s.nudgeFor(o)
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.stop:
@@ -496,11 +500,24 @@ func (s *Store) updateAsync(ctx context.Context, delay time.Duration, fn func(*T
 	}
 	select {
 	case s.ops <- o:
+		s.nudgeFor(o)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.stop:
 		return ErrClosed
+	}
+}
+
+// nudgeFor wakes the committer for a queued operation that cannot wait, or
+// when the queue is half full: patient operations do not wake it one by
+// one while it sleeps to its commit deadline.
+func (s *Store) nudgeFor(o *op) {
+	if o.delay <= 0 || len(s.ops) >= cap(s.ops)/2 {
+		select {
+		case s.urgent <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -516,6 +533,12 @@ func (s *Store) commitLoop() {
 		select {
 		case o := <-s.ops:
 			batch = append(batch[:0], o)
+			// A nudge from before this batch is stale: what it was for
+			// is queued, and the drain below sees it.
+			select {
+			case <-s.urgent:
+			default:
+			}
 		case <-s.stop:
 			// Finish what was queued before Close: it was promised an answer.
 			for {
@@ -551,14 +574,15 @@ func (s *Store) commitLoop() {
 			if timer == nil {
 				timer = time.NewTimer(left)
 			}
+			// Sleep to the deadline. Patient operations queue in s.ops
+			// meanwhile without waking the committer one by one (a wake-up
+			// per lease cost more CPU than the lease's share of the
+			// commit); an impatient one, or a queue filling up, nudges.
 			select {
-			case o := <-s.ops:
-				batch = append(batch, o)
-				if o.delay < wait {
-					wait = 0 // an impatient operation: commit now
-				}
 			case <-timer.C:
-				break drain
+				wait = 0 // take what queued, then commit
+			case <-s.urgent:
+				// Take what queued; an impatient operation makes wait 0.
 			case <-s.stop:
 				break drain
 			}
