@@ -313,6 +313,10 @@ func TestE2ECommissionDeployRelease(t *testing.T) {
 	t.Logf("deployed in %.1fs (report), the OS on its disk printed its marker by %.1fs", deploy.Seconds(), booted.Seconds())
 	if mb, ok := consoleRate(v.text(), `wrote \d+ bytes to vda in [0-9.]+s \(([0-9.]+) MB/s\)`); ok {
 		t.Logf("image streamed to the VM's disk at %.1f MB/s (HTTP, sha256, write, fsync)", mb)
+		if i := strings.Index(v.text(), "time spent (overlapping)"); i >= 0 {
+			line, _, _ := strings.Cut(v.text()[i:], "\n")
+			t.Logf("deploy environment: %s", strings.TrimSpace(line))
+		}
 		recordResult(t, "e2e_stream_mb_s", mb)
 	}
 	if mb, ok := consoleRate(v.text(), `download only: \d+ bytes in [0-9.]+s \(([0-9.]+) MB/s\)`); ok {

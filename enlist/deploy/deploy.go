@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"rackd/enlist"
 )
@@ -44,6 +45,9 @@ type Disk interface {
 type Result struct {
 	Bytes  int64
 	SHA256 string
+	// Read, Hash and Write are the time spent reading the image, hashing
+	// it and writing the disk (they overlap): which one bounds the rate.
+	Read, Hash, Write time.Duration
 }
 
 // ChecksumError is an image whose content is not the one announced.
@@ -75,29 +79,34 @@ func Write(ctx context.Context, r io.Reader, d Disk, size int64, wantSHA string,
 		return Result{}, fmt.Errorf("read the image: %w after 0 of %d bytes", noEOF(err), size)
 	}
 	h.Write(head)
-	off, err := stream(ctx, r, d, h, int64(len(head)), size, progress)
+	var res Result
+	off, err := stream(ctx, r, d, h, int64(len(head)), size, progress, &res)
+	res.Bytes = off
 	if err != nil {
-		return Result{Bytes: off}, err
+		return res, err
 	}
 	// Anything after size means the image is not the one announced.
 	var one [1]byte
 	if n, _ := r.Read(one[:]); n > 0 {
-		return Result{Bytes: off}, fmt.Errorf("the image is longer than the %d bytes announced", size)
+		return res, fmt.Errorf("the image is longer than the %d bytes announced", size)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
 	if got != wantSHA {
-		return Result{Bytes: off}, &ChecksumError{Got: got, Want: wantSHA}
+		return res, &ChecksumError{Got: got, Want: wantSHA}
 	}
+	t := time.Now()
 	if err := d.Sync(); err != nil {
-		return Result{Bytes: off}, fmt.Errorf("sync the disk: %w", err)
+		return res, fmt.Errorf("sync the disk: %w", err)
 	}
 	if _, err := d.WriteAt(head, 0); err != nil {
-		return Result{Bytes: off}, fmt.Errorf("write the head of the disk: %w", err)
+		return res, fmt.Errorf("write the head of the disk: %w", err)
 	}
 	if err := d.Sync(); err != nil {
-		return Result{Bytes: off}, fmt.Errorf("sync the disk: %w", err)
+		return res, fmt.Errorf("sync the disk: %w", err)
 	}
-	return Result{Bytes: off, SHA256: got}, nil
+	res.Write += time.Since(t)
+	res.SHA256 = got
+	return res, nil
 }
 
 // depth is how many chunks are in flight between the reader, the hasher
@@ -110,7 +119,7 @@ const depth = 4
 // same time (both only read the buffer), and it goes back to the pool when
 // both are done; so the rate is close to the slowest of the three rather
 // than their sum. It returns the bytes written (read, on a read error).
-func stream(ctx context.Context, r io.Reader, d Disk, h hash.Hash, off, size int64, progress func(int64)) (int64, error) {
+func stream(ctx context.Context, r io.Reader, d Disk, h hash.Hash, off, size int64, progress func(int64), res *Result) (int64, error) {
 	type job struct {
 		b    []byte
 		off  int64
@@ -136,7 +145,9 @@ func stream(ctx context.Context, r io.Reader, d Disk, h hash.Hash, off, size int
 	go func() {
 		defer wg.Done()
 		for j := range hashQ {
+			t := time.Now()
 			h.Write(j.b)
+			res.Hash += time.Since(t)
 			release(j)
 		}
 	}()
@@ -144,7 +155,10 @@ func stream(ctx context.Context, r io.Reader, d Disk, h hash.Hash, off, size int
 		defer wg.Done()
 		for j := range writeQ {
 			if werr.Load() == nil {
-				if _, err := d.WriteAt(j.b, j.off); err != nil {
+				t := time.Now()
+				_, err := d.WriteAt(j.b, j.off)
+				res.Write += time.Since(t)
+				if err != nil {
 					e := fmt.Errorf("write the disk at byte %d: %w", j.off, err)
 					werr.Store(&e)
 				} else if n := written.Add(int64(len(j.b))); progress != nil {
@@ -171,7 +185,9 @@ read:
 			rerr = err
 			break
 		}
+		t := time.Now()
 		n, err := io.ReadFull(r, b[:min(int64(len(b)), size-off)])
+		res.Read += time.Since(t)
 		if n > 0 {
 			left := new(atomic.Int32)
 			left.Store(2)

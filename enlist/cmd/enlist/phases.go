@@ -192,6 +192,7 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, in
 	}
 	secs := time.Since(start).Seconds()
 	say("wrote %d bytes to %s in %.2fs (%.1f MB/s), sha256 verified, synced", res.Bytes, target.Name, secs, float64(res.Bytes)/1e6/max(secs, 1e-3))
+	say("time spent (overlapping): reading %.2fs, hashing %.2fs, writing %.2fs", res.Read.Seconds(), res.Hash.Seconds(), res.Write.Seconds())
 	return res, target.Name, nil
 }
 
