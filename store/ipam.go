@@ -463,7 +463,7 @@ func (t *Tx) putAddress(a Address) error {
 			return err
 		}
 	}
-	return t.put(bucketAddresses, ipKey(a.IP), a)
+	return t.putRaw(bucketAddresses, ipKey(a.IP), a.appendJSON(make([]byte, 0, 256)))
 }
 
 // deleteAddress frees ip.
