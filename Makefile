@@ -9,7 +9,7 @@ export CGO_ENABLED ?= 0
 export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: all build run test bootloaders test-deps unit vet fmt-check bench-alloc bench-deps bench-dhcp clean \
-	initramfs import-initramfs appliance e2e bench-boot
+	initramfs import-initramfs appliance e2e bench-boot bench-deploy
 
 all: build
 
@@ -77,6 +77,12 @@ e2e: test-deps
 ##   flags through BENCH_BOOT_FLAGS, e.g. make bench-boot BENCH_BOOT_FLAGS='-reps 3'
 bench-boot: test-deps
 	$(GO) run ./bench/boot $(BENCH_BOOT_FLAGS)
+
+## bench-deploy: commission and deploy wall times on a VM powered by ipmi_sim, and the image's
+##   streaming rate to the VM's disk vs a plain download in the same environment (root, QEMU)
+##   flags through BENCH_DEPLOY_FLAGS, e.g. make bench-deploy BENCH_DEPLOY_FLAGS='-reps 3 -image-mb 512'
+bench-deploy: test-deps
+	$(GO) run ./bench/deploy $(BENCH_DEPLOY_FLAGS)
 
 ## bench-alloc: allocation throughput vs raw fsync'd bbolt transactions
 bench-alloc:
