@@ -195,6 +195,9 @@ func (t *Tx) indexUUID(old, uuid, id string) error {
 type MACOwner struct {
 	ID    string
 	State State
+	// Erase is set for a machine RELEASING with an erase, which boots the
+	// erase environment.
+	Erase bool
 }
 
 // MachineOfMACs returns the machine that owns the first of macs (canonical
@@ -218,17 +221,19 @@ func (s *Store) MachineOfMACs(macs []string) (MACOwner, bool, error) {
 				return fmt.Errorf("MAC %s is indexed to machine %s, which does not exist", mac, id)
 			}
 			out.ID, found = string(id), true
-			if st, ok := topLevelString(data, "state"); ok {
+			if st, ok := topLevelString(data, "state"); ok && State(st) != StateReleasing {
 				out.State = State(st)
 				return nil
 			}
+			// RELEASING (rare) needs the erase flag too: decoded.
 			var m struct {
 				State State `json:"state"`
+				Erase bool  `json:"erase"`
 			}
 			if err := json.Unmarshal(data, &m); err != nil {
 				return fmt.Errorf("decode machine %s: %w", id, err)
 			}
-			out.State = m.State
+			out.State, out.Erase = m.State, m.Erase
 			return nil
 		}
 		return nil

@@ -283,6 +283,12 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 	// Release with an erase: the erase environment wipes both ends of the
 	// disk and completes the release.
 	l.action("release", api.ActionRequest{Erase: true})
+	// Landing in the enlistment environment instead (slow firmware, seed
+	// 001), the machine is told to reboot into its erase environment.
+	h, err = l.boot("rackd.url=" + l.url)
+	if got := lastLine(h.out.String()); err != nil || got != enlist.MarkerKnown+"RELEASING), rebooting" {
+		t.Fatalf("erasing machine in the enlistment environment: %q %v\n%s", got, err, h.out.String())
+	}
 	cl = l.cmdline()
 	if !strings.Contains(cl, "rackd.mode=erase") {
 		t.Fatalf("erase command line %q", cl)
