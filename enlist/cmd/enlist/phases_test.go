@@ -410,3 +410,30 @@ func TestPhasesBadCredential(t *testing.T) {
 		t.Fatalf("no token: %d", resp.StatusCode)
 	}
 }
+
+// FuzzPhaseArgs: whatever the kernel command line says, the phase arguments
+// either parse into something safe to act on or are refused.
+func FuzzPhaseArgs(f *testing.F) {
+	sha := strings.Repeat("ab", 32)
+	for _, s := range []string{
+		"rackd.mode=deploy rackd.machine=m-a rackd.token=t rackd.image=images/" + sha + " rackd.image_sha256=" + sha + " rackd.image_size=10",
+		"rackd.machine=m-a rackd.token=t rackd.image=../x rackd.image_sha256=zz rackd.image_size=-1",
+		`rackd.machine="m a" rackd.token= rackd.disk=vda`, "",
+	} {
+		f.Add(s, "deploy", "")
+		f.Add(s, "erase", "auto")
+	}
+	f.Fuzz(func(t *testing.T, cmdline, mode, disk string) {
+		p, err := parsePhaseArgs(mode, cmdline, disk)
+		if err != nil {
+			return
+		}
+		if p.machine == "" || p.token == "" {
+			t.Fatalf("accepted without machine or token: %+v", p)
+		}
+		if mode == enlist.ModeDeploy && (p.size <= 0 || len(p.sha256) != 64 || strings.Contains(p.image, "..") ||
+			strings.HasPrefix(p.image, "/") || p.image == "") {
+			t.Fatalf("accepted unsafe deploy arguments: %+v", p)
+		}
+	})
+}
