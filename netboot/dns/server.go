@@ -394,12 +394,14 @@ func (s *Server) handler(ctx context.Context, tcp bool) miekg.Handler {
 		if wire == nil {
 			return
 		}
-		if _, err := w.Write(wire); err != nil {
-			s.log.Debug("dns: writing reply", "remote", w.RemoteAddr().String(), "err", err)
-		}
+		// Counted before the reply leaves, so that a client holding its
+		// answer finds it counted.
 		qtype := qtypeLabel(req)
 		s.m.queries.WithLabelValues(qtype, rcodeLabel(rcode)).Inc()
 		s.m.duration.Observe(time.Since(start).Seconds())
+		if _, err := w.Write(wire); err != nil {
+			s.log.Debug("dns: writing reply", "remote", w.RemoteAddr().String(), "err", err)
+		}
 		if s.log.Enabled(qctx, slog.LevelDebug) {
 			var qname string
 			if len(req.Question) > 0 {
