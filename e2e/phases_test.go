@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -249,6 +251,7 @@ func TestE2ECommissionDeployRelease(t *testing.T) {
 			"to inventory or deploy it; add the disk drivers there (or set RACKD_E2E_IMAGE to an image that has them)")
 	}
 	img := enlistImage(t)
+	requirePhaseModes(t, img)
 	l := newLab(t, labOptions{})
 	if os.Getenv("RACKD_E2E_BENCH") != "" {
 		// bench-deploy: the same environment as a commissioning image
@@ -425,4 +428,28 @@ func benchEnvironment(t *testing.T, img string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// requirePhaseModes fails clearly when the enlistment image was built from
+// a tree whose enlist client predates the phase modes (a stale
+// build/initramfs/image): it would answer rackd.mode=commission with a
+// whoami and reboot until the watchdog gives up.
+func requirePhaseModes(t *testing.T, img string) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(img, "initramfs.cpio.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", f.Name(), err)
+	}
+	data, err := io.ReadAll(io.LimitReader(zr, 256<<20))
+	if err != nil {
+		t.Fatalf("%s: %v", f.Name(), err)
+	}
+	if !bytes.Contains(data, []byte("rackd.image_sha256")) {
+		t.Fatalf("the enlistment image %s predates the commission/deploy/erase modes of the enlist client: rebuild it (make initramfs)", img)
+	}
 }
