@@ -51,6 +51,7 @@ func FuzzServeDHCP(f *testing.F) {
 			t.Fatalf("reply %v with error %v", reply.Summary(), err)
 		}
 		checkWellFormed(t, req, reply)
+		checkEncoding(t, reply)
 		if sid := reply.ServerIdentifier(); !sid.Equal(serverAddr.AsSlice()) {
 			t.Fatalf("server identifier %v", sid)
 		}

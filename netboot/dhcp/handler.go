@@ -1,12 +1,17 @@
 package dhcp
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -69,9 +74,13 @@ const pxeVendorOptions = "\x06\x01\x08\xff"
 // sockets and sends the reply where RFC 2131 section 4.1 says. It is safe
 // for concurrent use.
 type Handler struct {
-	leases        Leases
-	prober        Prober
-	boot          netboot.BootConfig
+	leases Leases
+	prober Prober
+	boot   netboot.BootConfig
+	// boots remembers bootFor per interface address (copy on write,
+	// under bootsMu): building the HTTP base URL allocates.
+	boots         atomic.Pointer[map[netip.Addr]netboot.BootConfig]
+	bootsMu       sync.Mutex
 	log           *slog.Logger
 	offerAttempts int
 	m             *metrics // nil when used alone (tests)
@@ -121,7 +130,7 @@ func (h *Handler) serve(ctx context.Context, req *dhcpv4.DHCPv4, in Interface, m
 	if err := check(req, in); err != nil {
 		return nil, err
 	}
-	mt := req.MessageType()
+	mt := messageType(req)
 	if !mayBlock && mt != dhcpv4.MessageTypeDiscover && mt != dhcpv4.MessageTypeInform {
 		return nil, errWouldBlock
 	}
@@ -182,7 +191,7 @@ func (h *Handler) requestAsync(ctx context.Context, req *dhcpv4.DHCPv4, in Inter
 // (first).
 func (h *Handler) discover(ctx context.Context, req *dhcpv4.DHCPv4, in Interface, mayBlock bool, first *Lease) (*dhcpv4.DHCPv4, error) {
 	r, client := h.newRequest(req, in)
-	r.IP = addr4(req.RequestedIPAddress()) // a hint only (section 4.3.1)
+	r.IP = optAddr(req, dhcpv4.OptionRequestedIPAddress) // a hint only (section 4.3.1)
 	relayed := isSet(req.GatewayIPAddr)
 	var lease Lease
 	for attempt := 1; ; attempt++ {
@@ -229,10 +238,10 @@ func (h *Handler) discover(ctx context.Context, req *dhcpv4.DHCPv4, in Interface
 		}
 	}
 	reply := newReply(req, dhcpv4.MessageTypeOffer, in.Addr)
-	reply.YourIPAddr = lease.IP.AsSlice()
+	reply.msg.YourIPAddr = reply.ip4(lease.IP)
 	addLease(reply, lease, true)
 	h.addBoot(reply, req, client, in)
-	return reply, nil
+	return &reply.msg, nil
 }
 
 // request answers DHCPREQUEST (RFC 2131 section 4.3.2). The client's state
@@ -252,12 +261,12 @@ func (h *Handler) request(ctx context.Context, req *dhcpv4.DHCPv4, in Interface)
 // requestOf reads what a DHCPREQUEST asks for.
 func (h *Handler) requestOf(req *dhcpv4.DHCPv4, in Interface) (Request, netboot.Client, error) {
 	r, client := h.newRequest(req, in)
-	sid := req.ServerIdentifier()
-	requested := addr4(req.RequestedIPAddress())
+	sid := optAddr(req, dhcpv4.OptionServerIdentifier)
+	requested := optAddr(req, dhcpv4.OptionRequestedIPAddress)
 	ciaddr := addr4(req.ClientIPAddr)
 	switch {
-	case sid != nil:
-		if addr4(sid) != in.Addr {
+	case sid.IsValid():
+		if sid != in.Addr {
 			return r, client, fmt.Errorf("%w: %v", ErrOtherServer, sid)
 		}
 		if !set(requested) {
@@ -277,7 +286,7 @@ func (h *Handler) requestOf(req *dhcpv4.DHCPv4, in Interface) (Request, netboot.
 // acked builds the answer to a DHCPREQUEST from what Leases said.
 func (h *Handler) acked(req *dhcpv4.DHCPv4, in Interface, client netboot.Client, r Request, lease Lease, err error) (*dhcpv4.DHCPv4, error) {
 	var nak *NakError
-	if errors.As(err, &nak) {
+	if err != nil && errors.As(err, &nak) { // As costs an allocation
 		return h.nak(req, in, nak.Reason), nil
 	}
 	if err != nil {
@@ -290,11 +299,11 @@ func (h *Handler) acked(req *dhcpv4.DHCPv4, in Interface, client netboot.Client,
 		return h.nak(req, in, "requested address not available"), nil
 	}
 	reply := newReply(req, dhcpv4.MessageTypeAck, in.Addr)
-	reply.ClientIPAddr = req.ClientIPAddr
-	reply.YourIPAddr = lease.IP.AsSlice()
+	reply.msg.ClientIPAddr = req.ClientIPAddr
+	reply.msg.YourIPAddr = reply.ip4(lease.IP)
 	addLease(reply, lease, true)
 	h.addBoot(reply, req, client, in)
-	return reply, nil
+	return &reply.msg, nil
 }
 
 // nak builds a DHCPNAK: only the message type, server identifier and a
@@ -303,11 +312,11 @@ func (h *Handler) acked(req *dhcpv4.DHCPv4, in Interface, client netboot.Client,
 // (section 4.3.2).
 func (h *Handler) nak(req *dhcpv4.DHCPv4, in Interface, reason string) *dhcpv4.DHCPv4 {
 	reply := newReply(req, dhcpv4.MessageTypeNak, in.Addr)
-	reply.UpdateOption(dhcpv4.OptMessage(reason))
+	reply.str(dhcpv4.OptionMessage, reason)
 	if isSet(req.GatewayIPAddr) {
-		reply.SetBroadcast()
+		reply.msg.SetBroadcast()
 	}
-	return reply
+	return &reply.msg
 }
 
 // release handles DHCPRELEASE (RFC 2131 section 4.3.4): the address is in
@@ -332,7 +341,7 @@ func (h *Handler) decline(ctx context.Context, req *dhcpv4.DHCPv4, in Interface)
 	if err := checkServerID(req, in); err != nil {
 		return err
 	}
-	ip := addr4(req.RequestedIPAddress())
+	ip := optAddr(req, dhcpv4.OptionRequestedIPAddress)
 	if !set(ip) {
 		return fmt.Errorf("%w: decline without requested address", ErrMalformed)
 	}
@@ -354,10 +363,10 @@ func (h *Handler) inform(ctx context.Context, req *dhcpv4.DHCPv4, in Interface) 
 	}
 	lease.Hostname = "" // a subnet has no host name to hand out
 	reply := newReply(req, dhcpv4.MessageTypeAck, in.Addr)
-	reply.ClientIPAddr = req.ClientIPAddr
+	reply.msg.ClientIPAddr = req.ClientIPAddr
 	addLease(reply, lease, false)
 	h.addBoot(reply, req, client, in)
-	return reply, nil
+	return &reply.msg, nil
 }
 
 // newRequest gathers what Leases needs to know about the client.
@@ -381,28 +390,32 @@ func (h *Handler) newRequest(req *dhcpv4.DHCPv4, in Interface) (Request, netboot
 // file field, option 60 echoed, option 43 for PXE, and options 66 and 67
 // when the client asked for them (option 55), or 67 when the file name does
 // not fit the 128-byte file field (RFC 2132 section 9.5).
-func (h *Handler) addBoot(reply, req *dhcpv4.DHCPv4, client netboot.Client, in Interface) {
-	boot, ok := netboot.ChooseBoot(client, bootFor(h.boot, in))
+func (h *Handler) addBoot(reply *draft, req *dhcpv4.DHCPv4, client netboot.Client, in Interface) {
+	boot, ok := netboot.ChooseBoot(client, h.bootFor(in))
 	if !ok {
 		return
 	}
 	if boot.NextServer.Is4() {
-		reply.ServerIPAddr = boot.NextServer.AsSlice()
+		reply.msg.ServerIPAddr = reply.ip4(boot.NextServer)
 	}
 	// The field is NUL-terminated: 127 usable bytes.
 	if len(boot.File) < 128 {
-		reply.BootFileName = boot.File
+		reply.msg.BootFileName = boot.File
 	}
-	reply.UpdateOption(dhcpv4.OptClassIdentifier(boot.VendorClass))
+	reply.str(dhcpv4.OptionClassIdentifier, boot.VendorClass)
 	if boot.VendorClass == netboot.VendorPXE {
-		reply.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionVendorSpecificInformation, []byte(pxeVendorOptions)))
+		reply.str(dhcpv4.OptionVendorSpecificInformation, pxeVendorOptions)
 	}
-	asked := req.ParameterRequestList()
-	if asked.Has(dhcpv4.OptionTFTPServerName) && boot.NextServer.Is4() {
-		reply.UpdateOption(dhcpv4.OptTFTPServerName(boot.NextServer.String()))
+	// Option 55 is a list of option codes, a byte each (RFC 2132 section
+	// 9.8).
+	asked := req.Options[dhcpv4.OptionParameterRequestList.Code()]
+	if bytes.IndexByte(asked, dhcpv4.OptionTFTPServerName.Code()) >= 0 && boot.NextServer.Is4() {
+		n := len(reply.buf)
+		reply.buf = boot.NextServer.AppendTo(reply.buf)
+		reply.msg.Options[dhcpv4.OptionTFTPServerName.Code()] = reply.buf[n:len(reply.buf):len(reply.buf)]
 	}
-	if asked.Has(dhcpv4.OptionBootfileName) || len(boot.File) >= 128 {
-		reply.UpdateOption(dhcpv4.OptBootFileName(boot.File))
+	if bytes.IndexByte(asked, dhcpv4.OptionBootfileName.Code()) >= 0 || len(boot.File) >= 128 {
+		reply.str(dhcpv4.OptionBootfileName, boot.File)
 	}
 }
 
@@ -412,9 +425,10 @@ func (h *Handler) addBoot(reply, req *dhcpv4.DHCPv4, client netboot.Client, in I
 // section 3) and the relay agent information (RFC 3046 section 2.2, which
 // the encoder puts last as section 2.1 wants). It is built by hand rather
 // than with dhcpv4.NewReplyFromRequest, which draws a random transaction ID
-// from crypto/rand only to overwrite it.
-func newReply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, serverID netip.Addr) *dhcpv4.DHCPv4 {
-	reply := &dhcpv4.DHCPv4{
+// from crypto/rand only to overwrite it, and its options are set through the
+// draft rather than the library's constructors (see encode.go).
+func newReply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, serverID netip.Addr) *draft {
+	reply := &draft{msg: dhcpv4.DHCPv4{
 		OpCode:        dhcpv4.OpcodeBootReply,
 		HWType:        req.HWType,
 		TransactionID: req.TransactionID,
@@ -425,12 +439,13 @@ func newReply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, serverID netip.Addr) *d
 		GatewayIPAddr: ip4OrZero(req.GatewayIPAddr),
 		ClientHWAddr:  req.ClientHWAddr,
 		Options:       make(dhcpv4.Options, 16),
-	}
-	reply.UpdateOption(dhcpv4.OptMessageType(mt))
-	reply.UpdateOption(dhcpv4.OptServerIdentifier(serverID.AsSlice()))
-	for _, code := range []dhcpv4.OptionCode{dhcpv4.OptionClientIdentifier, dhcpv4.OptionRelayAgentInformation} {
-		if v := req.Options.Get(code); v != nil {
-			reply.UpdateOption(dhcpv4.OptGeneric(code, v))
+	}}
+	reply.buf = reply.arena[:0]
+	reply.bytes(dhcpv4.OptionDHCPMessageType, []byte{byte(mt)})
+	reply.addr(dhcpv4.OptionServerIdentifier, serverID)
+	for _, code := range [...]dhcpv4.OptionCode{dhcpv4.OptionClientIdentifier, dhcpv4.OptionRelayAgentInformation} {
+		if v := req.Options[code.Code()]; v != nil {
+			reply.msg.Options[code.Code()] = v // shared with the request, as OptGeneric would
 		}
 	}
 	return reply
@@ -440,27 +455,34 @@ func newReply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, serverID netip.Addr) *d
 // (1), router (3), DNS servers (6), domain (15), host name (12) and, with
 // times, lease time (51), T1 (58) and T2 (59). T1 and T2 are the defaults
 // of RFC 2131 section 4.4.5: 0.5 and 0.875 of the lease.
-func addLease(reply *dhcpv4.DHCPv4, l Lease, times bool) {
+func addLease(reply *draft, l Lease, times bool) {
 	if l.Subnet.Addr().Is4() {
-		reply.UpdateOption(dhcpv4.OptSubnetMask(net.CIDRMask(l.Subnet.Bits(), 32)))
-	}
-	if l.Router.Is4() {
-		reply.UpdateOption(dhcpv4.OptRouter(l.Router.AsSlice()))
-	}
-	var dns []net.IP
-	for _, a := range l.DNS {
-		if a.Is4() {
-			dns = append(dns, a.AsSlice())
+		if bits := l.Subnet.Bits(); bits >= 0 && bits <= 32 {
+			var mask [4]byte
+			binary.BigEndian.PutUint32(mask[:], ^uint32(0)<<(32-bits))
+			reply.bytes(dhcpv4.OptionSubnetMask, mask[:])
+		} else {
+			reply.msg.Options[dhcpv4.OptionSubnetMask.Code()] = nil // net.CIDRMask's nil
 		}
 	}
-	if len(dns) > 0 {
-		reply.UpdateOption(dhcpv4.OptDNS(dns...))
+	if l.Router.Is4() {
+		reply.addr(dhcpv4.OptionRouter, l.Router)
+	}
+	n := len(reply.buf)
+	for _, a := range l.DNS {
+		if a.Is4() {
+			a4 := a.As4()
+			reply.buf = append(reply.buf, a4[:]...)
+		}
+	}
+	if len(reply.buf) > n {
+		reply.msg.Options[dhcpv4.OptionDomainNameServer.Code()] = reply.buf[n:len(reply.buf):len(reply.buf)]
 	}
 	if l.Domain != "" {
-		reply.UpdateOption(dhcpv4.OptDomainName(l.Domain))
+		reply.str(dhcpv4.OptionDomainName, l.Domain)
 	}
 	if l.Hostname != "" {
-		reply.UpdateOption(dhcpv4.OptHostName(l.Hostname))
+		reply.str(dhcpv4.OptionHostName, l.Hostname)
 	}
 	if !times {
 		return
@@ -470,19 +492,37 @@ func addLease(reply *dhcpv4.DHCPv4, l Lease, times bool) {
 		lt = defaultLeaseTime
 	}
 	lt = min(lt.Truncate(time.Second), dhcpv4.MaxLeaseTime)
-	reply.UpdateOption(dhcpv4.OptIPAddressLeaseTime(lt))
-	reply.UpdateOption(dhcpv4.OptRenewTimeValue(lt / 2))
-	reply.UpdateOption(dhcpv4.OptRebindingTimeValue(lt * 7 / 8))
+	reply.seconds(dhcpv4.OptionIPAddressLeaseTime, lt)
+	reply.seconds(dhcpv4.OptionRenewTimeValue, lt/2)
+	reply.seconds(dhcpv4.OptionRebindingTimeValue, lt*7/8)
 }
 
 // checkServerID drops a RELEASE or DECLINE meant for another server; both
 // must carry the identifier (RFC 2131 table 5), but a missing one is
 // tolerated, as the client may be confused but is still ours to listen to.
 func checkServerID(req *dhcpv4.DHCPv4, in Interface) error {
-	if sid := req.ServerIdentifier(); sid != nil && addr4(sid) != in.Addr {
+	if sid := optAddr(req, dhcpv4.OptionServerIdentifier); sid.IsValid() && sid != in.Addr {
 		return fmt.Errorf("%w: %v", ErrOtherServer, sid)
 	}
 	return nil
+}
+
+// messageType is m.MessageType() without its allocations: option 53 is
+// one byte, anything else is no message type.
+func messageType(m *dhcpv4.DHCPv4) dhcpv4.MessageType {
+	if v := m.Options[dhcpv4.OptionDHCPMessageType.Code()]; len(v) == 1 {
+		return dhcpv4.MessageType(v[0])
+	}
+	return dhcpv4.MessageTypeNone
+}
+
+// optAddr is an address option as dhcpv4.GetIP reads it (exactly 4 bytes,
+// else none: the zero Addr), without its two allocations.
+func optAddr(m *dhcpv4.DHCPv4, code dhcpv4.OptionCode) netip.Addr {
+	if v := m.Options[code.Code()]; len(v) == net.IPv4len {
+		return netip.AddrFrom4([4]byte(v))
+	}
+	return netip.Addr{}
 }
 
 // addr4 converts a packet's IPv4 address; anything else is the zero Addr.
@@ -505,6 +545,33 @@ func ip4OrZero(ip net.IP) net.IP {
 		return ip4
 	}
 	return net.IPv4zero
+}
+
+// maxBootsCached bounds the interface addresses Handler.bootFor remembers;
+// beyond it, the configuration is built per request.
+const maxBootsCached = 64
+
+// bootFor is bootFor(h.boot, in), remembered for in.Addr.
+func (h *Handler) bootFor(in Interface) netboot.BootConfig {
+	old := h.boots.Load()
+	if old != nil {
+		if cfg, ok := (*old)[in.Addr]; ok {
+			return cfg
+		}
+	}
+	cfg := bootFor(h.boot, in)
+	h.bootsMu.Lock()
+	defer h.bootsMu.Unlock()
+	old = h.boots.Load()
+	if old == nil || len(*old) < maxBootsCached {
+		m := make(map[netip.Addr]netboot.BootConfig, 1)
+		if old != nil {
+			maps.Copy(m, *old)
+		}
+		m[in.Addr] = cfg
+		h.boots.Store(&m)
+	}
+	return cfg
 }
 
 // bootFor fills what the configuration left to the receiving interface: the

@@ -99,15 +99,25 @@ func pxe(arch uint16, vendor string) dhcpv4.Modifier {
 }
 
 // serve runs one request through a handler and returns the reply, which
-// must also survive the wire.
+// must also survive the wire, encoded by the server as by the library.
 func serve(t *testing.T, h *dhcp.Handler, req *dhcpv4.DHCPv4, in dhcp.Interface) (*dhcpv4.DHCPv4, error) {
 	t.Helper()
 	reply, err := h.ServeDHCP(context.Background(), req, in)
 	if reply != nil {
 		checkWellFormed(t, req, reply)
+		checkEncoding(t, reply)
 		reply = wire(t, reply)
 	}
 	return reply, err
+}
+
+// checkEncoding checks that the server's encoding of reply is the
+// library's, byte for byte.
+func checkEncoding(t testing.TB, reply *dhcpv4.DHCPv4) {
+	t.Helper()
+	if got, want := dhcp.EncodeReply(reply), reply.ToBytes(); !slices.Equal(got, want) {
+		t.Fatalf("server encodes\n%x\nlibrary encodes\n%x\nfor %v", got, want, reply.Summary())
+	}
 }
 
 // checkWellFormed checks what every reply must satisfy (RFC 2131 table 3).
@@ -660,7 +670,8 @@ func TestEchoedOptions(t *testing.T) {
 	if string(reply.Options.Get(dhcpv4.OptionClientIdentifier)) != string([]byte{1, 0x52, 0x54, 0, 0, 0, 1}) {
 		t.Error("client identifier not echoed")
 	}
-	b := reply.ToBytes()
+	checkEncoding(t, reply)
+	b := dhcp.EncodeReply(reply)
 	raiBytes := rai.Value.ToBytes()
 	i := strings.Index(string(b), string(append([]byte{82, byte(len(raiBytes))}, raiBytes...)))
 	if i < 0 || b[i+2+len(raiBytes)] != 255 {

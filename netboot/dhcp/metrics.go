@@ -170,7 +170,7 @@ func (m *metrics) observe(typ, outcome string, took time.Duration, replied bool)
 
 // replyOutcome is the outcome label of a reply.
 func replyOutcome(reply *dhcpv4.DHCPv4) string {
-	switch reply.MessageType() {
+	switch messageType(reply) {
 	case dhcpv4.MessageTypeOffer:
 		return outcomeOffer
 	case dhcpv4.MessageTypeAck:

@@ -301,9 +301,9 @@ func (s *Server) read(ctx context.Context, c Conn) error {
 			s.log.Debug("dhcp: unparseable packet", "interface", c.In.Name, "len", n, "err", err)
 			continue
 		}
-		j := job{req: req, typ: typeLabel(req.MessageType()), conn: c, at: at}
+		j := job{req: req, typ: typeLabel(messageType(req)), conn: c, at: at}
 		s.m.received.WithLabelValues(j.typ).Inc()
-		if s.async != nil && req.MessageType() == dhcpv4.MessageTypeRequest {
+		if s.async != nil && messageType(req) == dhcpv4.MessageTypeRequest {
 			// Answered from the durable commit's completion: no worker
 			// waits for it. As many may be pending as workers and queue
 			// could hold; beyond that they are dropped, and counted.
@@ -373,7 +373,7 @@ func (s *Server) finish(ctx context.Context, j job, reply *dhcpv4.DHCPv4, err er
 		return
 	}
 	dst := replyAddr(req, reply)
-	if _, err := j.conn.PC.WriteTo(reply.ToBytes(), dst); err != nil {
+	if err := send(j.conn.PC, reply, dst); err != nil {
 		s.m.observe(typ, outcomeError, 0, false)
 		if ctx.Err() == nil {
 			s.log.Warn("dhcp: send reply", "type", typ, "mac", req.ClientHWAddr.String(), "to", dst, "err", err)
@@ -386,6 +386,16 @@ func (s *Server) finish(ctx context.Context, j job, reply *dhcpv4.DHCPv4, err er
 		s.log.Debug("dhcp: replied", "type", typ, "reply", outcome, "mac", req.ClientHWAddr.String(), "xid", req.TransactionID,
 			"interface", in.Name, "yiaddr", reply.YourIPAddr.String(), "to", dst)
 	}
+}
+
+// send writes reply to dst, encoded in a pooled buffer.
+func send(pc net.PacketConn, reply *dhcpv4.DHCPv4, dst net.Addr) error {
+	bp := replyBufs.Get().(*[]byte)
+	pkt := appendReply((*bp)[:0], reply)
+	_, err := pc.WriteTo(pkt, dst)
+	*bp = pkt[:0]
+	replyBufs.Put(bp)
+	return err
 }
 
 // replyAddr is where RFC 2131 section 4.1 sends a reply: to the relay
@@ -401,7 +411,7 @@ func replyAddr(req, reply *dhcpv4.DHCPv4) *net.UDPAddr {
 	switch {
 	case isSet(req.GatewayIPAddr):
 		return &net.UDPAddr{IP: req.GatewayIPAddr.To4(), Port: dhcpv4.ServerPort}
-	case reply.MessageType() == dhcpv4.MessageTypeNak:
+	case messageType(reply) == dhcpv4.MessageTypeNak:
 		return &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
 	case isSet(req.ClientIPAddr):
 		return &net.UDPAddr{IP: req.ClientIPAddr.To4(), Port: dhcpv4.ClientPort}
