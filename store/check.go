@@ -88,6 +88,7 @@ func (s *Store) check() error {
 			}
 		}
 		t.checkPower(machines, bad)
+		checkCredentials(machines, bad)
 		index(bucketFree, func(m Machine, k string) bool { return m.Hostname == k && isFree(m) })
 		index(bucketHostnames, func(m Machine, k string) bool { return m.Hostname == k })
 		index(bucketMACs, func(m Machine, k string) bool { return slices.Contains(m.MACs, k) })

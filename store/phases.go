@@ -360,3 +360,21 @@ func (t *Tx) bootForErase(m Machine, who, why string) error {
 	_, err = t.enqueuePower(m, PowerCycle, "pxe", who, why)
 	return err
 }
+
+// checkCredentials verifies that a machine has a credential exactly when
+// it is in a phase, and for that phase (Check).
+func checkCredentials(machines map[string]Machine, bad func(string, ...any)) {
+	for id, m := range machines {
+		phase := phaseOf(m)
+		switch {
+		case phase == "" && m.Credential != nil:
+			bad("machine %s is %s but holds a %s credential", id, m.State, m.Credential.Phase)
+		case phase != "" && m.Credential == nil:
+			bad("machine %s is in its %s phase without a credential", id, phase)
+		case phase != "" && m.Credential.Phase != phase:
+			bad("machine %s is in its %s phase with a credential for %s", id, phase, m.Credential.Phase)
+		case m.Erase && m.State != StateReleasing:
+			bad("machine %s is %s with the erase flag of a release", id, m.State)
+		}
+	}
+}
