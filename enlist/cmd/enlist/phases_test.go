@@ -46,9 +46,13 @@ type phaseLab struct {
 // newPhaseLab starts rackd, imports a commissioning environment (a fake
 // kernel and initrd: nothing boots them here) and a raw disk image "raw",
 // and adds the machine, NEW.
-func newPhaseLab(t *testing.T) *phaseLab {
+func newPhaseLab(t *testing.T, tweak ...func(*agent.Config)) *phaseLab {
 	ln, url := listen(t)
-	a, serve := startRackd(t, ln, nil)
+	var tw func(*agent.Config)
+	if len(tweak) > 0 {
+		tw = tweak[0]
+	}
+	a, serve := startRackd(t, ln, tw)
 	serve()
 	tok, err := os.ReadFile(a.AdminTokenPath())
 	if err != nil {
@@ -66,8 +70,10 @@ func newPhaseLab(t *testing.T) *phaseLab {
 	sum := sha256.Sum256(l.raw)
 	l.rawSHA = hex.EncodeToString(sum[:])
 	l.importImage("raw", "deploy", map[string][]byte{"disk.img": l.raw}, "")
-	if _, err := l.api.CreateMachine(t.Context(), api.CreateMachine{Hostname: "node1", MACs: []string{phaseMAC}}); err != nil {
-		t.Fatal(err)
+	if len(tweak) == 0 {
+		if _, err := l.api.CreateMachine(t.Context(), api.CreateMachine{Hostname: "node1", MACs: []string{phaseMAC}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	l.disk = filepath.Join(t.TempDir(), "vda")
 	f, err := os.Create(l.disk)
@@ -436,4 +442,37 @@ func FuzzPhaseArgs(f *testing.F) {
 			t.Fatalf("accepted unsafe deploy arguments: %+v", p)
 		}
 	})
+}
+
+// With enlist.auto_commission, an unknown machine enlists, is told to
+// reboot, boots its commissioning environment and ends READY: no human
+// between power-on and READY.
+func TestPhasesAutoCommission(t *testing.T) {
+	l := newPhaseLab(t, func(c *agent.Config) { c.Enlist.AutoCommission = true })
+	h, err := l.boot("rackd.url=" + l.url)
+	if err != nil {
+		t.Fatalf("enlist: %v\n%s", err, h.out.String())
+	}
+	final := lastLine(h.out.String())
+	id, ok := strings.CutPrefix(final, enlist.MarkerEnlisted)
+	id, ok2 := strings.CutSuffix(id, ", "+enlist.SuffixReboot)
+	if !ok || !ok2 {
+		t.Fatalf("final %q\n%s", final, h.out.String())
+	}
+	m, err := l.a.Store().Machine(id)
+	if err != nil || m.State != store.StateCommissioning {
+		t.Fatalf("%+v %v", m, err)
+	}
+	// The next PXE round: rackd's config for the machine.
+	cl := l.cmdline()
+	if !strings.Contains(cl, "rackd.mode=commission rackd.machine="+id) {
+		t.Fatalf("command line %q", cl)
+	}
+	h, err = l.boot(cl)
+	if err != nil || phaseLine(h.out.String()) != enlist.MarkerCommissioned+"READY), powering off" {
+		t.Fatalf("commission: %v\n%s", err, h.out.String())
+	}
+	if m, _ := l.a.Store().Machine(id); m.State != store.StateReady || !m.Commissioned {
+		t.Fatalf("after commissioning: %s", m.State)
+	}
 }
