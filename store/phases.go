@@ -194,9 +194,13 @@ func (s *Store) Report(ctx context.Context, r PhaseReport) (ReportResult, error)
 		res, deny = ReportResult{}, nil
 		t.powerKicks = nil
 		defer func() { kicks = t.powerKicks }()
+		// One refusal for every case, naming nothing: the caller has
+		// proved nothing yet.
+		refused := errorf(CodeUnauthorized, "rejected credential: it is not the machine's current %s credential "+
+			"(a credential is valid for one machine and one phase, is used once and dies with its phase)", r.Phase)
 		m, err := t.machine(r.Machine)
 		if CodeOf(err) == CodeNotFound {
-			deny = errorf(CodeUnauthorized, "rejected credential: no such machine")
+			deny = refused
 			return nil
 		}
 		if err != nil {
@@ -212,12 +216,11 @@ func (s *Store) Report(ctx context.Context, r PhaseReport) (ReportResult, error)
 		}
 		phase := phaseOf(m)
 		if phase == "" || phase != r.Phase || m.Credential == nil || m.Credential.Phase != r.Phase {
-			deny = errorf(CodeUnauthorized, "rejected credential: machine %s is %s, not in its %s phase (a credential is used once and dies with its phase)",
-				m.Hostname, m.State, r.Phase)
+			deny = refused
 			return nil
 		}
 		if r.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(m.Credential.Hash)) != 1 {
-			deny = errorf(CodeUnauthorized, "rejected credential for machine %s (%s phase)", m.Hostname, r.Phase)
+			deny = refused
 			res, err = t.failPhase(m, "rejected credential: the "+r.Phase+" environment presented a token that is not this machine's")
 			return err
 		}
