@@ -286,6 +286,10 @@ func TestE2ECommissionDeployRelease(t *testing.T) {
 	start := time.Now()
 	l.cli("machines", "commission", "vm1")
 	v.waitPower(true)
+	// The power queue set the next boot to PXE before powering on.
+	if dev, err := v.sim.BootDevice(); err != nil || dev != "pxe" {
+		t.Errorf("boot device at power on: %q %v, want pxe", dev, err)
+	}
 	m, _ = l.waitState(m.ID, "READY", "FAILED_COMMISSIONING")
 	commission := time.Since(start)
 	if m.CPUCount != cpus || m.MemoryMB != memMB || m.Inventory == nil || len(m.Inventory.Disks) != 1 ||
@@ -293,6 +297,7 @@ func TestE2ECommissionDeployRelease(t *testing.T) {
 		t.Fatalf("after commissioning: %+v, inventory %+v", m, m.Inventory)
 	}
 	v.waitPower(false)
+	l.waitObservedOff(m.ID)
 	t.Logf("commissioned in %.1fs: %d CPUs, %d MiB, disk %s %d bytes, IPs %+v", commission.Seconds(), m.CPUCount, m.MemoryMB,
 		m.Inventory.Disks[0].Name, m.Inventory.Disks[0].SizeBytes, m.IPs)
 	if show := l.cli("machines", "show", "vm1"); !regexp.MustCompile(`(?m)^Disks:\s+vda `).MatchString(show) {
@@ -365,6 +370,7 @@ func TestE2ECommissionDeployRelease(t *testing.T) {
 	l.cli("release", "vm1")
 	l.waitState(m.ID, "READY")
 	v.waitPower(false)
+	l.waitObservedOff(m.ID)
 	if got := l.metric("rackd_phase_failures_total", `phase="deploy"`, `reason="reported"`); got != 1 {
 		t.Errorf("deploy failures reported: %v", got)
 	}
@@ -451,5 +457,23 @@ func requirePhaseModes(t *testing.T, img string) {
 	}
 	if !bytes.Contains(data, []byte("rackd.image_sha256")) {
 		t.Fatalf("the enlistment image %s predates the commission/deploy/erase modes of the enlist client: rebuild it (make initramfs)", img)
+	}
+}
+
+// waitObservedOff waits (bounded) until rackd, through the BMC, sees the
+// machine off and wants it off.
+func (l *lab) waitObservedOff(id string) {
+	l.t.Helper()
+	deadline := time.Now().Add(bootTimeout)
+	for {
+		var ps api.MachinePower
+		l.call(http.StatusOK, "GET", "/api/v1/machines/"+id+"/power", nil, &ps)
+		if ps.Desired == "off" && ps.Observed == "off" {
+			return
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("rackd's power view of %s after %v: %+v, want desired and observed off", id, bootTimeout, ps)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
