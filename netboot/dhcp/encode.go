@@ -111,6 +111,21 @@ var replyBufs = sync.Pool{New: func() any {
 	return &b
 }}
 
+// optionMaps recycles the option maps of the replies the server has sent:
+// a map of a reply's size costs several allocations and a kilobyte.
+var optionMaps = sync.Pool{New: func() any { return make(dhcpv4.Options, 16) }}
+
+// recycle gives back the option map of a reply that is no longer used; the
+// reply is left without options.
+func recycle(m *dhcpv4.DHCPv4) {
+	if m.Options == nil {
+		return
+	}
+	clear(m.Options)
+	optionMaps.Put(m.Options)
+	m.Options = nil
+}
+
 // draft is a reply under construction. Its option values and addresses are
 // carved from one buffer allocated with it (each with its capacity cut to
 // its length, so that nothing appended to one can overwrite another), where

@@ -438,7 +438,7 @@ func newReply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, serverID netip.Addr) *d
 		ServerIPAddr:  net.IPv4zero,
 		GatewayIPAddr: ip4OrZero(req.GatewayIPAddr),
 		ClientHWAddr:  req.ClientHWAddr,
-		Options:       make(dhcpv4.Options, 16),
+		Options:       optionMaps.Get().(dhcpv4.Options),
 	}}
 	reply.buf = reply.arena[:0]
 	reply.bytes(dhcpv4.OptionDHCPMessageType, []byte{byte(mt)})

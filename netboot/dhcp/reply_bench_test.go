@@ -112,6 +112,7 @@ func BenchmarkReply(b *testing.B) {
 				if err := send(discardConn{}, reply, benchDst); err != nil {
 					b.Fatal(err)
 				}
+				recycle(reply)
 			}
 		})
 	}
@@ -129,20 +130,26 @@ func (discardConn) WriteTo(b []byte, _ net.Addr) (int, error) {
 
 var benchDst = &net.UDPAddr{IP: benchRelay, Port: dhcpv4.ServerPort}
 
-// BenchmarkParse is the parsing of a request as the server's reader does it.
+// BenchmarkParse is the parsing of a request as the server's reader does
+// it, and as the library does it.
 func BenchmarkParse(b *testing.B) {
 	d, r := benchRequests(b)
-	for _, c := range []struct {
-		name string
-		pkt  []byte
-	}{{"discover", d.ToBytes()}, {"request", r.ToBytes()}} {
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := dhcpv4.FromBytes(c.pkt); err != nil {
-					b.Fatal(err)
+	for _, p := range []struct {
+		name  string
+		parse func([]byte) (*dhcpv4.DHCPv4, error)
+	}{{"server", parseRequest}, {"library", dhcpv4.FromBytes}} {
+		for _, c := range []struct {
+			name string
+			pkt  []byte
+		}{{"discover", d.ToBytes()}, {"request", r.ToBytes()}} {
+			b.Run(c.name+"/"+p.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := p.parse(c.pkt); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

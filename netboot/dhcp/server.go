@@ -293,8 +293,8 @@ func (s *Server) read(ctx context.Context, c Conn) error {
 			return fmt.Errorf("dhcp: read on %s %v: %w", c.In.Name, c.In.Addr, err)
 		}
 		at := time.Now()
-		// FromBytes copies what it keeps, so buf is free again at once.
-		req, err := dhcpv4.FromBytes(buf[:n])
+		// parseRequest copies what it keeps, so buf is free again at once.
+		req, err := parseRequest(buf[:n])
 		if err != nil {
 			s.m.received.WithLabelValues(typeInvalid).Inc()
 			s.m.drop(reasonMalformed)
@@ -372,6 +372,7 @@ func (s *Server) finish(ctx context.Context, j job, reply *dhcpv4.DHCPv4, err er
 		}
 		return
 	}
+	defer recycle(reply) // the server's own reply: nothing else holds it
 	dst := replyAddr(req, reply)
 	if err := send(j.conn.PC, reply, dst); err != nil {
 		s.m.observe(typ, outcomeError, 0, false)
