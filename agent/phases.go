@@ -213,7 +213,9 @@ func (a *Agent) phaseReport(w http.ResponseWriter, r *http.Request, phase string
 	switch {
 	case res.Action == "":
 		outcome = "replayed"
-	case rep.Error != "":
+	case rep.Error != "" || res.Action == store.ActionCommissioningFailed || res.Action == store.ActionDeploymentFailed:
+		// Failed as reported, or refused by the store (an inventory
+		// that contradicts the rack).
 		outcome = "failed"
 		a.observePhase(phase, res.Since, true, "reported")
 	default:

@@ -237,7 +237,15 @@ func (s *Store) Report(ctx context.Context, r PhaseReport) (ReportResult, error)
 		case PhaseCommission:
 			res.Action = ActionCommissioningDone
 			if inv != nil {
-				if err := t.applyInventory(&m, *inv); err != nil {
+				before := m
+				if err := t.applyInventory(&m, *inv); CodeOf(err) == CodeConflict {
+					// What the machine reports contradicts the rack (a
+					// MAC or UUID of another machine): the commissioning
+					// fails with the reason rather than hanging until
+					// the watchdog.
+					res, err = t.failPhase(before, "commission failed: the inventory "+err.Error())
+					return err
+				} else if err != nil {
 					return err
 				}
 			}

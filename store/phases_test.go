@@ -95,6 +95,21 @@ func TestCommissionReport(t *testing.T) {
 	wantCode(t, err, store.CodeUnauthorized)
 }
 
+func TestCommissionReportConflict(t *testing.T) {
+	s := storetest.New(t)
+	other := create(t, s, store.NewMachine{Hostname: "other", MACs: []string{"52:54:00:aa:00:09"}})
+	m := create(t, s, store.NewMachine{Hostname: "c1"})
+	m = transition(t, s, admin, m.ID, store.ActionCommission)
+	res, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseCommission, Token: s.PhaseToken(m),
+		Inventory: &store.CommissionInventory{MACs: []string{"52:54:00:aa:00:09"}}})
+	if err != nil || res.Machine.State != store.StateFailedCommissioning || len(res.Machine.MACs) != 1 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if e := lastEvent(t, s, m.ID); !strings.Contains(e.Reason, "already belongs to machine "+other.ID) {
+		t.Fatalf("event %+v", e)
+	}
+}
+
 func TestCommissionReportFailure(t *testing.T) {
 	s := storetest.New(t)
 	m := create(t, s, store.NewMachine{Hostname: "c1"})
