@@ -429,8 +429,16 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 	if err := t.applyPowerPolicy(m, from, actor.Name, req.Reason); err != nil {
 		return Machine{}, err
 	}
-	if m.Erase && to == StateReleasing {
-		if err := t.bootForErase(m, actor.Name, req.Reason); err != nil {
+	switch {
+	case m.Erase && to == StateReleasing:
+		if err := t.cycleIntoPXE(m, actor.Name, "erase before release", req.Reason); err != nil {
+			return Machine{}, err
+		}
+	case from == StateFailedCommissioning && to == StateCommissioning, from == StateFailedDeployment && to == StateDeploying:
+		// A failed machine is powered off once and then left alone, so a
+		// human may have it on to debug: an "on" would leave it running
+		// whatever it runs, a cycle boots the environment.
+		if err := t.cycleIntoPXE(m, actor.Name, "retry from "+string(from), req.Reason); err != nil {
 			return Machine{}, err
 		}
 	}

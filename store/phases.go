@@ -345,13 +345,15 @@ func (c *Credential) String() string {
 	return fmt.Sprintf("%s credential issued %s", c.Phase, c.Issued.Format(time.RFC3339))
 }
 
-// bootForErase has a machine released with an erase boot the erase
-// environment: desired power on, and a power cycle with next boot PXE (the
-// machine may be running its deployed system, which a plain "on" would
-// leave running; a cycle of a machine that is off powers it on), queued
-// after the RELEASING policy's off, which the queue folds into it.
-// Enforcement keeps it on until the erase report completes the release.
-func (t *Tx) bootForErase(m Machine, who, why string) error {
+// cycleIntoPXE makes a machine that may be running something boot its
+// phase's environment: desired power on, and a power cycle with next boot
+// PXE (a plain "on" would leave a running machine running; a cycle of a
+// machine that is off powers it on), queued after the request of the
+// state's policy, which the queue folds into it. Used for a release with
+// an erase (the machine may run its deployed system) and for retries from
+// FAILED_* (a human may have left it on). Enforcement keeps it on until
+// the phase ends.
+func (t *Tx) cycleIntoPXE(m Machine, who, what, why string) error {
 	ps, err := t.powerStatus(m)
 	if err != nil {
 		return err
@@ -364,9 +366,9 @@ func (t *Tx) bootForErase(m Machine, who, why string) error {
 		return nil
 	}
 	if why == "" {
-		why = "erase before release"
+		why = what
 	} else {
-		why = "erase before release: " + why
+		why = what + ": " + why
 	}
 	_, err = t.enqueuePower(m, PowerCycle, "pxe", who, why)
 	return err

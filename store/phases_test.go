@@ -247,3 +247,50 @@ func TestEraseTimeout(t *testing.T) {
 	_, err = report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseErase, Token: tok})
 	wantCode(t, err, store.CodeUnauthorized)
 }
+
+// Phases that may find the machine running boot it with a power cycle and
+// next boot PXE: a release with an erase (it runs its deployed system), a
+// retry from FAILED_COMMISSIONING or FAILED_DEPLOYMENT (a human may have
+// left it on to debug). A first commissioning or deployment powers on.
+func TestPhaseStartPower(t *testing.T) {
+	s := storetest.New(t)
+	m := create(t, s, store.NewMachine{Hostname: "p1", Power: store.PowerParams{Driver: "ipmi", Address: "10.0.0.9:623"}})
+	newest := func() store.PowerRequest {
+		t.Helper()
+		open, err := s.OpenPowerRequests(m.ID)
+		if err != nil || len(open) == 0 {
+			t.Fatalf("open power requests: %+v %v", open, err)
+		}
+		return open[len(open)-1]
+	}
+	step := func(action store.Action, image, want string) {
+		t.Helper()
+		var err error
+		m, err = s.Transition(context.Background(), admin, store.TransitionRequest{Machine: m.ID, Action: action, Image: image})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == "" {
+			return
+		}
+		if r := newest(); string(r.Action)+"/"+r.NextBoot != want {
+			t.Fatalf("after %s: newest request %s/%s (%s), want %s", action, r.Action, r.NextBoot, r.Why, want)
+		}
+	}
+	step(store.ActionCommission, "", "on/pxe")
+	step(store.ActionCommissioningFailed, "", "off/")
+	step(store.ActionCommission, "", "cycle/pxe")
+	step(store.ActionCommissioningDone, "", "off/")
+	allocate(t, s, admin, "p1", "a")
+	step(store.ActionDeploy, "raw", "on/pxe")
+	step(store.ActionDeploymentFailed, "", "off/")
+	step(store.ActionDeploy, "", "cycle/pxe")
+	step(store.ActionDeploymentDone, "", "")
+	m, err := s.StartRelease(context.Background(), admin, m.ID, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := newest(); r.Action != store.PowerCycle || r.NextBoot != "pxe" || !strings.Contains(r.Why, "erase before release") {
+		t.Fatalf("erase: %+v", r)
+	}
+}
