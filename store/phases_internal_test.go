@@ -19,7 +19,7 @@ func TestCheckFindsCredentialDamage(t *testing.T) {
 		"credential of an idle machine": {func(m *Machine) {
 			m.State, m.Credential = StateReady, &Credential{Phase: PhaseDeploy}
 		}, "is READY but holds a deploy credential"},
-		"phase without credential": {func(m *Machine) { m.Credential = nil }, "in its commission phase without a credential"},
+		"phase without credential":    {func(m *Machine) { m.Credential = nil }, "in its commission phase without a credential"},
 		"credential of another phase": {func(m *Machine) { m.Credential.Phase = PhaseErase }, "with a credential for erase"},
 		"erase flag outside a release": {func(m *Machine) {
 			m.State, m.Credential, m.Erase = StateReady, nil, true
