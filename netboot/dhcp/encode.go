@@ -56,8 +56,64 @@ func appendReply(b []byte, m *dhcpv4.DHCPv4) []byte {
 	copy(b[n+16+64:n+16+64+127], m.BootFileName)
 	b = append(b, magicCookie[:]...)
 
-	var present [4]uint64 // a bit per option code in the map
-	for code := range m.Options {
+	if len(m.Options) <= maxSortedOptions {
+		b = appendOptionsSorted(b, m.Options)
+	} else {
+		b = appendOptionsBitmap(b, m.Options)
+	}
+	b = append(b, optEnd)
+	for len(b)-start < bootpMinLen {
+		b = append(b, optPad)
+	}
+	return b
+}
+
+// maxSortedOptions is the most options appendOptionsSorted takes: a reply
+// has about a dozen.
+const maxSortedOptions = 32
+
+// appendOptionsSorted writes the options of a map of at most
+// maxSortedOptions in the order ToBytes does (ascending, 82 last, no pad or
+// end), sorting them by insertion as the map yields them: one pass over the
+// map and no lookups.
+func appendOptionsSorted(b []byte, opts dhcpv4.Options) []byte {
+	type option struct {
+		code uint8
+		v    []byte
+	}
+	var sorted [maxSortedOptions]option
+	n := 0
+	var agent []byte
+	hasAgent := false
+	for code, v := range opts {
+		switch code {
+		case optPad, optEnd:
+			continue
+		case optAgent:
+			agent, hasAgent = v, true
+			continue
+		}
+		i := n
+		for ; i > 0 && sorted[i-1].code > code; i-- {
+			sorted[i] = sorted[i-1]
+		}
+		sorted[i] = option{code, v}
+		n++
+	}
+	for _, o := range sorted[:n] {
+		b = appendOption(b, o.code, o.v)
+	}
+	if hasAgent {
+		b = appendOption(b, optAgent, agent)
+	}
+	return b
+}
+
+// appendOptionsBitmap is appendOptionsSorted for maps of any size: a bit
+// per code present, then the codes in order.
+func appendOptionsBitmap(b []byte, opts dhcpv4.Options) []byte {
+	var present [4]uint64
+	for code := range opts {
 		present[code>>6] |= 1 << (code & 63)
 	}
 	for i, w := range present {
@@ -67,15 +123,11 @@ func appendReply(b []byte, m *dhcpv4.DHCPv4) []byte {
 			if code == optPad || code == optAgent || code == optEnd {
 				continue
 			}
-			b = appendOption(b, code, m.Options[code])
+			b = appendOption(b, code, opts[code])
 		}
 	}
 	if present[optAgent>>6]&(1<<(optAgent&63)) != 0 {
-		b = appendOption(b, optAgent, m.Options[optAgent])
-	}
-	b = append(b, optEnd)
-	for len(b)-start < bootpMinLen {
-		b = append(b, optPad)
+		b = appendOption(b, optAgent, opts[optAgent])
 	}
 	return b
 }

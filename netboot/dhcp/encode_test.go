@@ -165,7 +165,12 @@ func TestEncodeEdges(t *testing.T) {
 			82: bytes.Repeat([]byte{8}, 256), 128: {9}, 64: {10}, 63: {11}, 127: {12}, 192: {13}, 191: {14},
 		},
 	}
+	every := &dhcpv4.DHCPv4{Options: dhcpv4.Options{}} // over maxSortedOptions: the bitmap
+	for code := range 256 {
+		every.Options[uint8(code)] = bytes.Repeat([]byte{byte(code)}, code%7)
+	}
 	for _, m := range []*dhcpv4.DHCPv4{
+		every,
 		{},
 		{Options: dhcpv4.Options{}},
 		{Options: dhcpv4.Options{82: {1}}},

@@ -99,6 +99,7 @@ func parseRequest(q []byte) (*dhcpv4.DHCPv4, error) {
 	p.BootFileName = cString(q[offFile:offCookie])
 
 	p.Options = make(dhcpv4.Options, count)
+	var seen [4]uint64 // a bit per code already in the map: one map access per option
 	for i := 0; i < len(opts); {
 		code := opts[i]
 		i++
@@ -111,12 +112,14 @@ func parseRequest(q []byte) (*dhcpv4.DHCPv4, error) {
 		n := int(opts[i])
 		v := opts[i+1 : i+1+n]
 		i += 1 + n
-		old, seen := p.Options[code]
+		bit := &seen[code>>6]
+		repeated := *bit&(1<<(code&63)) != 0
+		*bit |= 1 << (code & 63)
 		switch {
-		case seen:
-			// Repeated: concatenated (RFC 3396). old's capacity is its
+		case repeated:
+			// Concatenated (RFC 3396). The value's capacity is its
 			// length, so this copies and keep is left untouched.
-			p.Options[code] = append(old, v...)
+			p.Options[code] = append(p.Options[code], v...)
 		case n == 0:
 			p.Options[code] = nil // as FromBytes's append(nil) leaves it
 		default:

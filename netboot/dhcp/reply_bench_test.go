@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"rackd/netboot"
 )
@@ -151,5 +153,86 @@ func BenchmarkParse(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// loopConn hands the server the same request n times, discards the replies,
+// and ends the serving when the last reply is sent.
+type loopConn struct {
+	net.PacketConn
+	pkt    []byte
+	n      int
+	sent   int
+	stop   context.CancelFunc
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (c *loopConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	if c.n == 0 {
+		<-c.closed
+		return 0, nil, net.ErrClosed
+	}
+	c.n--
+	return copy(b, c.pkt), benchDst, nil
+}
+
+func (c *loopConn) WriteTo(b []byte, _ net.Addr) (int, error) {
+	if c.sent++; c.n == 0 {
+		c.stop()
+	}
+	return len(b), nil
+}
+
+func (c *loopConn) Close() error        { c.once.Do(func() { close(c.closed) }); return nil }
+func (c *loopConn) LocalAddr() net.Addr { return benchDst }
+
+// BenchmarkServeDiscover is the server answering a relayed DISCOVER: read,
+// parse, count, handle, encode and send, without the kernel.
+func BenchmarkServeDiscover(b *testing.B) {
+	d, _ := benchRequests(b)
+	b.ReportAllocs()
+	srv, err := New(Config{Workers: 1}, fixedLeases{l: benchLease}, nil, netboot.BootConfig{HTTPPort: 5240}, nil, prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &loopConn{pkt: d.ToBytes(), n: b.N, stop: cancel, closed: make(chan struct{})}
+	b.ResetTimer()
+	if err := srv.ServeConns(ctx, []Conn{{PC: c, In: benchIn}}); err != nil {
+		b.Fatal(err)
+	}
+	if c.sent != b.N {
+		b.Fatalf("%d replies to %d requests", c.sent, b.N)
+	}
+}
+
+// BenchmarkEncode is the encoding of an ACK alone: the server's (a map of
+// a reply's size is sorted as it is read; a larger one through a bitmap)
+// and the library's.
+func BenchmarkEncode(b *testing.B) {
+	_, r := benchRequests(b)
+	h := NewHandler(fixedLeases{l: benchLease}, nil, netboot.BootConfig{}, nil)
+	reply, err := h.ServeDHCP(context.Background(), r, benchIn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 0, 576)
+	for _, c := range []struct {
+		name string
+		enc  func() []byte
+	}{
+		{"sorted", func() []byte { return appendReply(buf[:0], reply) }},
+		{"bitmap", func() []byte { return appendOptionsBitmap(buf[:0], reply.Options) }},
+		{"sorted-options", func() []byte { return appendOptionsSorted(buf[:0], reply.Options) }},
+		{"library", reply.ToBytes},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.enc()
+			}
+		})
 	}
 }
