@@ -177,25 +177,82 @@ func TestE2EKnownMachineReboots(t *testing.T) {
 		o.mac, deployAt.Seconds())
 }
 
-var bootImageRE = regexp.MustCompile(`BOOT_IMAGE=\(http,[0-9.]+:[0-9]+\)/boot/images/[0-9a-f]{64}`)
+// GRUB passes the kernel's path as BOOT_IMAGE: it says which of the two
+// branches of the config rackd rendered loaded the kernel from rackd's
+// images, over HTTP (GRUB with the http module) or over TFTP (without).
+var (
+	bootImageHTTPRE = regexp.MustCompile(`BOOT_IMAGE=\(http,[0-9.]+:[0-9]+\)/boot/images/[0-9a-f]{64}`)
+	bootImageTFTPRE = regexp.MustCompile(`BOOT_IMAGE=\(tftp,[0-9.]+\)/images/[0-9a-f]{64}`)
+)
 
 // TestE2EUEFIGrub: an unknown VM under OVMF (UEFI) PXE-boots with the
 // firmware's own PXE stack (no iPXE ROM on its NIC): DHCP (arch 7) -> shim
 // (bootx64.efi) and GRUB (grubx64.efi) over TFTP from the bootloader image
 // of Debian's signed packages (make bootloaders) -> GRUB loads its config
-// from rackd, the
-// per-MAC one by its pre-loader -> the enlistment kernel over HTTP; the VM
-// enlists and powers off.
+// from rackd, the per-MAC one by its pre-loader. That signed GRUB, alone,
+// as a Secure Boot machine runs it: it has no http module and finds none
+// to load, so the config's TFTP fallback loads the enlistment kernel and
+// initrd from rackd's TFTP server; the VM enlists and powers off.
 func TestE2EUEFIGrub(t *testing.T) {
+	uefiGrub(t, false)
+}
+
+// TestE2EUEFIGrubHTTPModule: the same boot with GRUB's modules of the same
+// version served where the signed GRUB looks for them ($prefix/x86_64-efi/,
+// as the appliance ships them for machines without Secure Boot): insmod
+// http succeeds and the kernel and initrd come over HTTP.
+func TestE2EUEFIGrubHTTPModule(t *testing.T) {
+	uefiGrub(t, true)
+}
+
+func uefiGrub(t *testing.T, modules bool) {
 	requireVM(t)
 	img := enlistImage(t)
 	loaders := bootloaders(t)
 	l := newLab(t, labOptions{tftp: true})
 	l.importImage(loaders)
-	boot := filepath.Join(l.state, "boot")
-	// Debian's signed network GRUB has no http module built in: it loads
-	// it from $prefix/x86_64-efi/ ($prefix is /grub on the TFTP server),
-	// so serve the modules of the same GRUB version there.
+	if modules {
+		serveGrubModules(t, filepath.Join(l.state, "boot"))
+	}
+	l.importImage(img)
+
+	o := vmOptions{mac: randomMAC(), memMB: 768, cpus: 2, uefi: true, noROM: true}
+	v := l.startVM(o)
+	l.waitMachine(v, o.mac)
+	checkEnlisted(t, l, o)
+	log := l.rackd.Output()
+	// GRUB asked rackd for this machine's own config (by TFTP).
+	if !regexp.MustCompile(`"msg":"tftp: sent".*"file":"[^"]*grub\.cfg-(01-)?` + strings.ReplaceAll(o.mac, ":", "[:-]")).MatchString(log) {
+		t.Errorf("rackd's log shows no per-MAC GRUB config sent to %s", o.mac)
+	}
+	// The kernel and the initrd were sent by TFTP exactly when GRUB had
+	// no http module.
+	sentImages := len(regexp.MustCompile(`"msg":"tftp: sent".*"file":"/?images/[0-9a-f]{64}"`).FindAllString(log, -1))
+	off := v.waitExit()
+	v.logTimeline("powered off", off)
+	v.finalLine(markEnlisted)
+	lines := cmdlines(v.text())
+	want, how := bootImageHTTPRE, "HTTP"
+	if !modules {
+		want, how = bootImageTFTPRE, "TFTP"
+		if sentImages < 2 {
+			t.Errorf("rackd's log shows %d image blobs sent by TFTP, want the kernel and the initrd", sentImages)
+		}
+	} else if sentImages != 0 {
+		t.Errorf("rackd's log shows %d image blobs sent by TFTP, want none: GRUB had the http module", sentImages)
+	}
+	if len(lines) != 1 || !want.MatchString(lines[0]) || !strings.Contains(lines[0], "rackd.mode=enlist") {
+		t.Errorf("kernel command lines %q: want one enlist boot by GRUB over %s", lines, how)
+	}
+	t.Logf("UEFI VM %s enlisted through GRUB (kernel over %s) and powered off %.1fs after it started", o.mac, how, off.Seconds())
+}
+
+// serveGrubModules copies the modules of the GRUB version installed here
+// (Debian package grub-efi-amd64-bin) to grub/x86_64-efi/ of the boot
+// tree, where the signed network GRUB ($prefix is /grub on the TFTP
+// server) loads the modules it lacks from.
+func serveGrubModules(t *testing.T, boot string) {
+	t.Helper()
 	mods := filepath.Join(boot, "grub", "x86_64-efi")
 	if err := os.MkdirAll(mods, 0o755); err != nil {
 		t.Fatal(err)
@@ -216,24 +273,4 @@ func TestE2EUEFIGrub(t *testing.T) {
 			}
 		}
 	}
-	l.importImage(img)
-
-	o := vmOptions{mac: randomMAC(), memMB: 768, cpus: 2, uefi: true, noROM: true}
-	v := l.startVM(o)
-	l.waitMachine(v, o.mac)
-	checkEnlisted(t, l, o)
-	// GRUB asked rackd for this machine's own config (by TFTP).
-	if !regexp.MustCompile(`"msg":"tftp: sent".*"file":"[^"]*grub\.cfg-(01-)?` + strings.ReplaceAll(o.mac, ":", "[:-]")).MatchString(l.rackd.Output()) {
-		t.Errorf("rackd's log shows no per-MAC GRUB config sent to %s", o.mac)
-	}
-	off := v.waitExit()
-	v.logTimeline("powered off", off)
-	v.finalLine(markEnlisted)
-	lines := cmdlines(v.text())
-	// GRUB passes the kernel's path as BOOT_IMAGE: the kernel came by
-	// HTTP from rackd's images, through the config rackd rendered.
-	if len(lines) != 1 || !bootImageRE.MatchString(lines[0]) || !strings.Contains(lines[0], "rackd.mode=enlist") {
-		t.Errorf("kernel command lines %q: want one enlist boot by GRUB over HTTP", lines)
-	}
-	t.Logf("UEFI VM %s enlisted through GRUB and powered off %.1fs after it started", o.mac, off.Seconds())
 }

@@ -8,7 +8,8 @@
 #   images/bootloaders/{amd64,arm64}/  network bootloaders from Debian's
 #                                  packages (scripts/bootloaders.sh --image)
 #   boot/grub/x86_64-efi/          GRUB's modules for the signed network GRUB,
-#                                  which has no http module built in
+#                                  which has no http module built in (without
+#                                  them, or under Secure Boot, it uses TFTP)
 #   rackd.toml                     the appliance's configuration
 #   rackd.default.toml             every setting with its default, documented
 #   rackd.service                  the systemd unit
@@ -46,9 +47,11 @@ install -m 0644 build/initramfs/image/vmlinuz build/initramfs/image/initramfs.cp
 step "bootloaders"
 bash scripts/bootloaders.sh --image --cache build/bootloaders-cache "$dist/images/bootloaders"
 # Debian's signed grubnetx64.efi loads modules it lacks (http, which the
-# configs rackd renders use to fetch kernels) from $prefix/x86_64-efi/ on
-# the TFTP server: ship the same GRUB version's modules there. (Under
-# Secure Boot, GRUB refuses unsigned modules.)
+# configs rackd renders prefer for kernels and initrds) from
+# $prefix/x86_64-efi/ on the TFTP server: ship the same GRUB version's
+# modules there, for speed on machines without Secure Boot. Under Secure
+# Boot GRUB refuses these unsigned modules, and the configs fall back to
+# fetching the same files over TFTP (TestE2EUEFIGrub boots that way).
 step "GRUB modules"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -160,7 +163,7 @@ keeps everything in one embedded database.
 | \`rackd\` | the static binary (no libraries needed) |
 | \`images/enlist-amd64/\` | the enlistment environment: Debian's kernel $kver and a u-root initramfs whose init runs the enlist client; import it with \`rackd images import\` |
 | \`images/bootloaders/\` | network bootloaders from Debian's packages, as two images (amd64: pxelinux for BIOS, shim + GRUB for UEFI, iPXE; arm64: GRUB) |
-| \`boot/grub/x86_64-efi/\` | GRUB's modules, which Debian's signed network GRUB loads from rackd's TFTP server (it lacks the http module the boot configs use); they go to /var/lib/rackd/boot |
+| \`boot/grub/x86_64-efi/\` | GRUB's modules, which Debian's signed network GRUB loads from rackd's TFTP server (it lacks the http module the boot configs prefer); they go to /var/lib/rackd/boot. Under Secure Boot GRUB refuses them and loads kernels over TFTP instead |
 | \`rackd.toml\` | the appliance's configuration (goes to /etc/rackd/) |
 | \`rackd.default.toml\` | every setting with its default, documented |
 | \`rackd.service\` | the systemd unit |

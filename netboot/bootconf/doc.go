@@ -32,6 +32,14 @@
 // and initrd= are refused in them (CheckArgs), so an image can neither
 // override rackd's arguments nor name initrds of its own.
 //
+// # GRUB without http
+//
+// GRUB configs load kernels and initrds over HTTP when GRUB can open an
+// http device, and otherwise over TFTP from the HTTP base's host, whose
+// root is the tree HTTP serves under /boot/: Debian's signed network GRUB,
+// the one shim accepts under Secure Boot, has no http module built in and
+// may not load an unsigned one.
+//
 // # Caveats
 //
 // ParsePath expects paths relative to the boot tree: the TFTP layer strips

@@ -15,9 +15,11 @@ type Bases struct {
 	// the environments are told rackd.url=<HTTP>. Required for every
 	// config but the GRUB pre-loader.
 	//
-	// There is no TFTP address because no config needs one: pxelinux
-	// fetches with paths relative to the TFTP server it was loaded from,
-	// and GRUB and iPXE fetch over HTTP.
+	// There is no separate TFTP address: pxelinux fetches with paths
+	// relative to the TFTP server it was loaded from, iPXE fetches over
+	// HTTP, and GRUB fetches over HTTP or, when it has no http module
+	// (Debian's signed GRUB under Secure Boot), over TFTP from this
+	// URL's host, where rackd serves TFTP too.
 	HTTP string
 }
 
@@ -196,16 +198,38 @@ func grubBody(w *out, b base, p plan) {
 	w.line("set default=0")
 	w.line("set fallback=1")
 	w.line("set timeout=0")
-	w.line("insmod http")
 	w.line("menuentry 'rackd: %s' {", p.title)
 	w.push()
+	// Debian's signed network GRUB (the one shim accepts under Secure
+	// Boot) has no http module built in, and under Secure Boot it
+	// refuses to load the unsigned http.mod. insmod reports that on the
+	// console but returns success all the same (GRUB 2.06), so the test
+	// is whether GRUB can now open an http device: [ -d (http,...)/ ] is
+	// true as soon as the protocol is registered: test opens the device,
+	// which fetches no file, and a device's root is always a directory. Without it
+	// the files come over TFTP from the same host, whose root is the
+	// tree HTTP serves under /boot/. A GRUB with http built in, or which
+	// may load it, keeps the faster path. The choice is made in the
+	// entry, so it holds in whichever context runs it.
+	w.line("# rackd: HTTP when this GRUB has or may load the http module, else TFTP")
+	w.line("insmod http")
+	w.line("if [ -d %s/ ]; then", b.grubHTTP)
+	w.push()
+	w.line("set rackd_base=%s", b.grubBoot())
+	w.pop()
+	w.line("else")
+	w.push()
+	w.line("set rackd_base=%s", b.grubTFTP)
+	w.pop()
+	w.line("fi")
 	// Arguments are single-quoted so that GRUB expands nothing in them;
-	// prepare has already kept quotes out.
-	w.line("linux %s '%s'", b.grubFile(p.kernel), strings.Join(p.args, "' '"))
+	// prepare has already kept quotes out. The file paths are checked
+	// too (checkFile): only $rackd_base, set just above, is expanded.
+	w.line("linux $rackd_base/%s '%s'", p.kernel, strings.Join(p.args, "' '"))
 	if len(p.initrds) > 0 {
 		files := make([]string, len(p.initrds))
 		for i, f := range p.initrds {
-			files[i] = b.grubFile(f)
+			files[i] = "$rackd_base/" + f
 		}
 		w.line("initrd %s", strings.Join(files, " "))
 	}

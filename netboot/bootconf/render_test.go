@@ -237,14 +237,15 @@ func TestRenderBadRequest(t *testing.T) {
 func TestBases(t *testing.T) {
 	src := newFixture(true)
 	req := Request{Kind: GrubMAC, MAC: macDeploying}
-	good := map[string]struct{ url, grub string }{
-		"http://10.0.0.1:5240":         {"http://10.0.0.1:5240/boot/", "(http,10.0.0.1:5240)/boot/"},
-		"http://10.0.0.1:5240/":        {"http://10.0.0.1:5240/boot/", "(http,10.0.0.1:5240)/boot/"},
-		"http://rackd.example":         {"http://rackd.example/boot/", "(http,rackd.example)/boot/"},
-		"http://10.0.0.1:8080/rackd/":  {"http://10.0.0.1:8080/rackd/boot/", "(http,10.0.0.1:8080)/rackd/boot/"},
-		"http://[fd00::1]:5240":        {"http://[fd00::1]:5240/boot/", "(http,[fd00::1]:5240)/boot/"},
-		"HTTP://10.0.0.1:5240":         {"http://10.0.0.1:5240/boot/", "(http,10.0.0.1:5240)/boot/"},
-		"http://10.0.0.1:5240/a/b-c.d": {"http://10.0.0.1:5240/a/b-c.d/boot/", "(http,10.0.0.1:5240)/a/b-c.d/boot/"},
+	good := map[string]struct{ url, grub, tftp string }{
+		"http://10.0.0.1:5240":         {"http://10.0.0.1:5240/boot/", "(http,10.0.0.1:5240)/boot", "(tftp,10.0.0.1)"},
+		"http://10.0.0.1:5240/":        {"http://10.0.0.1:5240/boot/", "(http,10.0.0.1:5240)/boot", "(tftp,10.0.0.1)"},
+		"http://rackd.example":         {"http://rackd.example/boot/", "(http,rackd.example)/boot", "(tftp,rackd.example)"},
+		"http://10.0.0.1:8080/rackd/":  {"http://10.0.0.1:8080/rackd/boot/", "(http,10.0.0.1:8080)/rackd/boot", "(tftp,10.0.0.1)"},
+		"http://[fd00::1]:5240":        {"http://[fd00::1]:5240/boot/", "(http,[fd00::1]:5240)/boot", "(tftp,[fd00::1])"},
+		"http://[fd00::1]":             {"http://[fd00::1]/boot/", "(http,[fd00::1])/boot", "(tftp,[fd00::1])"},
+		"HTTP://10.0.0.1:5240":         {"http://10.0.0.1:5240/boot/", "(http,10.0.0.1:5240)/boot", "(tftp,10.0.0.1)"},
+		"http://10.0.0.1:5240/a/b-c.d": {"http://10.0.0.1:5240/a/b-c.d/boot/", "(http,10.0.0.1:5240)/a/b-c.d/boot", "(tftp,10.0.0.1)"},
 	}
 	for in, want := range good {
 		b, err := parseBase(in)
@@ -252,7 +253,8 @@ func TestBases(t *testing.T) {
 			t.Errorf("parseBase(%q): %v", in, err)
 			continue
 		}
-		if b.file("") != want.url || b.grubFile("") != want.grub {
+		if b.file("") != want.url || b.grubBoot() != want.grub || b.grubTFTP != want.tftp ||
+			!strings.HasPrefix(want.grub, b.grubHTTP+"/") || !strings.HasSuffix(b.grubHTTP, ")") {
 			t.Errorf("parseBase(%q) = %+v, want %+v", in, b, want)
 		}
 	}

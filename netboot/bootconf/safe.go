@@ -73,20 +73,27 @@ func checkFile(what, p string) error {
 	return nil
 }
 
-// base is a checked HTTP base URL in the two spellings the configs use.
+// base is a checked HTTP base URL in the spellings the configs use.
 type base struct {
 	// url is the base without trailing slash, "http://10.0.0.1:5240".
 	url string
 	// grub is GRUB's device and path prefix, "(http,10.0.0.1:5240)":
 	// GRUB wants host[:port] without a scheme.
 	grub string
+	// grubHTTP is the device alone, without the base's path.
+	grubHTTP string
+	// grubTFTP is GRUB's TFTP device on the same host, "(tftp,10.0.0.1)",
+	// for GRUB builds without the http module. rackd's TFTP server
+	// serves the boot tree at its root, the tree HTTP serves under
+	// /boot/, so the same relative path names the same file on both.
+	grubTFTP string
 }
 
 // file returns the URL of a boot-tree file, which rackd serves under /boot/.
 func (b base) file(p string) string { return b.url + "/boot/" + p }
 
-// grubFile returns a boot-tree file as a GRUB path.
-func (b base) grubFile(p string) string { return b.grub + "/boot/" + p }
+// grubBoot is the boot tree's root as a GRUB path over HTTP.
+func (b base) grubBoot() string { return b.grub + "/boot" }
 
 // parseBase checks the HTTP base URL. Only plain http: GRUB 2.06 and most
 // iPXE builds have no TLS, and the files are checksummed by the images
@@ -126,7 +133,13 @@ func parseBase(s string) (base, error) {
 			return base{}, err
 		}
 	}
-	return base{url: "http://" + u.Host + path, grub: "(http," + u.Host + ")" + path}, nil
+	// TFTP has no port in GRUB's device name (it always asks port 69)
+	// and wants an IPv6 literal in brackets, as the http device does.
+	host := u.Hostname()
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return base{url: "http://" + u.Host + path, grub: "(http," + u.Host + ")" + path, grubHTTP: "(http," + u.Host + ")", grubTFTP: "(tftp," + host + ")"}, nil
 }
 
 // plan is a decision with every value checked, ready to be written in any
