@@ -43,12 +43,29 @@ type rebooter struct{}
 
 func (rebooter) Reboot() error {
 	unix.Sync()
+	drainConsole()
 	return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 }
 
 func (rebooter) PowerOff() error {
 	unix.Sync()
+	drainConsole()
 	return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+// drainConsole waits until what was printed has left the console's
+// terminals (tcdrain), plus a moment for the UART's own FIFO: rebooting
+// straight after the last progress line could cut it off the serial
+// console, the line the operator (and the VM tests) look for.
+func drainConsole() {
+	for _, f := range []*os.File{os.Stdout, os.Stderr} {
+		fd := int(f.Fd())
+		if _, err := unix.IoctlGetTermios(fd, unix.TCGETS); err != nil {
+			continue // not a terminal: nothing to drain
+		}
+		_ = unix.IoctlSetInt(fd, unix.TCSBRK, 1) // tcdrain(3)
+	}
+	time.Sleep(100 * time.Millisecond)
 }
 
 // dhcpNet is u-root's DHCP client on every physical interface at once; the
