@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 )
 
 // Check verifies the invariants that the operations keep, across the whole
@@ -122,7 +121,7 @@ func (s *Store) check() error {
 				bad("address %s stored under key %x", a.IP, k)
 			case !subnets[a.Subnet] || !a.Subnet.Contains(a.IP):
 				bad("address %s: subnet %s is not managed or does not contain it", a.IP, a.Subnet)
-			case a.MAC != "" && t.tx.Bucket(bucketAddrByMAC).Get(macKey(a.MAC, a.IP)) == nil:
+			case a.MAC != "" && !t.ipam.macs.has(a.MAC, a.IP):
 				bad("address %s: MAC %s not indexed", a.IP, a.MAC)
 			}
 			switch a.Kind {
@@ -133,15 +132,6 @@ func (s *Store) check() error {
 			case KindDynamic, KindReserved, KindDiscovered:
 			default:
 				bad("address %s: unknown kind %q", a.IP, a.Kind)
-			}
-			return nil
-		})
-		t.tx.Bucket(bucketAddrByMAC).ForEach(func(k, _ []byte) error {
-			i := strings.IndexByte(string(k), 0)
-			ip, ok := netip.AddrFromSlice(k[i+1:])
-			var a Address
-			if found, err := t.get(bucketAddresses, k[i+1:], &a); i < 0 || !ok || err != nil || !found || a.MAC != string(k[:i]) {
-				bad("addr_by_mac entry %s -> %s does not match an address", k[:max(i, 0)], ip.Unmap())
 			}
 			return nil
 		})

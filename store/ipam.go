@@ -154,6 +154,8 @@ type ipamState struct {
 	// replayed by the committer) is offered the same address, not another.
 	held   map[heldKey]netip.Addr
 	cursor map[netip.Prefix]netip.Addr
+	// macs indexes addresses by MAC (see macIndex).
+	macs macIndex
 }
 
 type heldKey struct {
@@ -258,10 +260,6 @@ func ipKey(ip netip.Addr) []byte {
 
 func prefixKey(p netip.Prefix) []byte {
 	return append(ipKey(p.Addr()), byte(p.Bits()))
-}
-
-func macKey(mac string, ip netip.Addr) []byte {
-	return append(append([]byte(mac), 0), ipKey(ip)...)
 }
 
 var domainRE = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -449,19 +447,16 @@ func (t *Tx) address(ip netip.Addr) (Address, bool, error) {
 	return a, found, err
 }
 
-// putAddress writes a and its MAC index, replacing whatever was at a.IP.
+// putAddress writes a, replacing whatever was at a.IP, and indexes it by
+// MAC.
 func (t *Tx) putAddress(a Address) error {
 	if old, found, err := t.address(a.IP); err != nil {
 		return err
 	} else if found && old.MAC != "" && old.MAC != a.MAC {
-		if err := t.del(bucketAddrByMAC, macKey(old.MAC, old.IP)); err != nil {
-			return err
-		}
+		t.unindexMAC(old.MAC, old.IP)
 	}
 	if a.MAC != "" {
-		if err := t.putRaw(bucketAddrByMAC, macKey(a.MAC, a.IP), nil); err != nil {
-			return err
-		}
+		t.indexMAC(a.MAC, a.IP)
 	}
 	return t.putRaw(bucketAddresses, ipKey(a.IP), a.appendJSON(make([]byte, 0, 256)))
 }
@@ -469,32 +464,116 @@ func (t *Tx) putAddress(a Address) error {
 // deleteAddress frees ip.
 func (t *Tx) deleteAddress(a Address) error {
 	if a.MAC != "" {
-		if err := t.del(bucketAddrByMAC, macKey(a.MAC, a.IP)); err != nil {
-			return err
-		}
+		t.unindexMAC(a.MAC, a.IP)
 	}
 	return t.del(bucketAddresses, ipKey(a.IP))
 }
 
-// addressesOfMAC returns every address record bound to mac.
+// The MAC index (macIndex) may hold more than the database (an entry added
+// by an operation whose commit failed, or not committed yet) but never
+// less than any transaction can see: entries are added at once and again
+// after the commit, removed only after the commit (in operation order, so
+// a removal and a re-adding in one batch end added), and every lookup
+// checks the candidates against the transaction's own records.
+
+func (t *Tx) indexMAC(mac string, ip netip.Addr) {
+	st := t.ipam
+	st.macs.add(mac, ip)
+	t.afterCommit(func() { st.macs.add(mac, ip) })
+}
+
+func (t *Tx) unindexMAC(mac string, ip netip.Addr) {
+	st := t.ipam
+	t.afterCommit(func() { st.macs.del(mac, ip) })
+}
+
+// addressesOfMAC returns every address record bound to mac, by address.
 func (t *Tx) addressesOfMAC(mac string) ([]Address, error) {
 	var out []Address
-	prefix := append([]byte(mac), 0)
-	c := t.tx.Bucket(bucketAddrByMAC).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, _ = c.Next() {
-		ip, ok := netip.AddrFromSlice(k[len(prefix):])
-		if !ok {
-			return nil, fmt.Errorf("store: bad addr_by_mac key %x", k)
-		}
-		a, found, err := t.address(ip.Unmap())
+	for _, ip := range t.ipam.macs.get(mac) {
+		a, found, err := t.address(ip)
 		if err != nil {
 			return nil, err
 		}
-		if found {
+		if found && a.MAC == mac {
 			out = append(out, a)
 		}
 	}
+	slices.SortFunc(out, func(x, y Address) int { return x.IP.Compare(y.IP) })
 	return out, nil
+}
+
+// macIndex maps a MAC to the addresses bound to it. It lives in memory,
+// rebuilt from the addresses bucket on open (loadMACs), because as a bucket
+// every DHCP acknowledgement dirtied one more page at a random place of it
+// (clients' MACs are random), and bbolt writes each dirty page with a
+// system call of its own.
+type macIndex struct {
+	mu sync.RWMutex
+	m  map[string][]netip.Addr
+}
+
+func (x *macIndex) add(mac string, ip netip.Addr) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.m == nil {
+		x.m = map[string][]netip.Addr{}
+	}
+	if !slices.Contains(x.m[mac], ip) {
+		x.m[mac] = append(x.m[mac], ip)
+	}
+}
+
+func (x *macIndex) del(mac string, ip netip.Addr) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ips := x.m[mac]
+	i := slices.Index(ips, ip)
+	if i < 0 {
+		return
+	}
+	if len(ips) == 1 {
+		delete(x.m, mac)
+		return
+	}
+	x.m[mac] = slices.Delete(slices.Clone(ips), i, i+1)
+}
+
+// get returns the candidates for mac (a copy).
+func (x *macIndex) get(mac string) []netip.Addr {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return slices.Clone(x.m[mac])
+}
+
+// has reports whether mac -> ip is indexed.
+func (x *macIndex) has(mac string, ip netip.Addr) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return slices.Contains(x.m[mac], ip)
+}
+
+// loadMACs builds the MAC index from the addresses bucket.
+func (st *ipamState) loadMACs(db *bolt.DB) error {
+	return db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAddresses)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			var r struct {
+				IP  netip.Addr `json:"ip"`
+				MAC string     `json:"mac"`
+			}
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("address %x: %w", k, err)
+			}
+			if r.MAC != "" {
+				st.macs.add(r.MAC, r.IP)
+			}
+			return nil
+		})
+	})
 }
 
 // usable reports whether ip may be handed out automatically in sn: not the

@@ -954,3 +954,67 @@ func TestDHCPAckAsync(t *testing.T) {
 		t.Fatal("a bad MAC was queued")
 	}
 }
+
+// TestMACIndexAfterReopen: the in-memory MAC index is rebuilt from the
+// addresses on open, so a client keeps its lease across a restart, and a
+// lease moved within one batch (dropped and bound again) stays indexed.
+func TestMACIndexAfterReopen(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rackd.db")
+	s, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSubnet(t, s, lab())
+	for _, ip := range []string{"10.0.0.100", "10.0.0.101", "10.0.0.100"} {
+		if _, err := s.DHCPAck(bg, store.LeaseRequest{MAC: macA, Link: link, IP: addr(ip)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if g := mustOffer(t, s, store.LeaseRequest{MAC: macA, Link: link}); g.Address.IP != addr("10.0.0.100") {
+		t.Fatalf("after reopen %s is offered %s, want its lease 10.0.0.100", macA, g.Address.IP)
+	}
+}
+
+// TestMACIndexSameBatch: a client moving between addresses twice within one
+// commit (its old lease dropped, a new one bound, and back) ends indexed at
+// exactly its final lease.
+func TestMACIndexSameBatch(t *testing.T) {
+	s, _ := newIPAM(t, []store.Subnet{lab()}, func(o *store.Options) { o.IPAM.LeaseCommitDelay = time.Hour })
+	done := make(chan error, 3)
+	for _, ip := range []string{"10.0.0.100", "10.0.0.101", "10.0.0.100"} {
+		if err := s.DHCPAckAsync(bg, store.LeaseRequest{MAC: macA, Link: link, IP: addr(ip)}, func(_ store.Grant, err error) { done <- err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An impatient operation ends the wait: all four share one commit.
+	if _, err := s.Reserve(bg, alice, store.ReserveRequest{IP: addr("10.0.0.30")}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if g := mustOffer(t, s, store.LeaseRequest{MAC: macA, Link: link}); g.Address.IP != addr("10.0.0.100") {
+		t.Fatalf("offered %s, want the lease 10.0.0.100", g.Address.IP)
+	}
+	if leases := addressMap(t, s); leases[addr("10.0.0.101")].MAC != "" {
+		t.Fatalf("the dropped lease is still there: %+v", leases[addr("10.0.0.101")])
+	}
+}

@@ -37,7 +37,7 @@ var (
 	bucketFree        = []byte("free")        // hostname -> id of READY, unheld machines
 	bucketSubnets     = []byte("subnets")     // prefix (16-byte address + bits) -> Subnet
 	bucketAddresses   = []byte("addresses")   // 16-byte IP -> Address: every address in use, one use each
-	bucketAddrByMAC   = []byte("addr_by_mac") // mac NUL 16-byte IP -> nothing
+	bucketAddrByMAC   = []byte("addr_by_mac") // schema 4-6 only: mac NUL 16-byte IP -> nothing
 	bucketImages      = []byte("images")      // name "/" arch -> Image
 
 	keySchema = []byte("schema_version")
@@ -132,6 +132,14 @@ var migrations = []func(tx *bolt.Tx) error{
 			}
 		}
 		return nil
+	},
+	// 6 -> 7: the MAC index of addresses lives in memory, rebuilt from the
+	// addresses on open (an ACK no longer dirties a random page of it).
+	func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketAddrByMAC) == nil {
+			return nil
+		}
+		return tx.DeleteBucket(bucketAddrByMAC)
 	},
 }
 
@@ -249,6 +257,10 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.ipam.refreshSubnets(db)
+	if err := guard(func() error { return s.ipam.loadMACs(db) }); err != nil {
+		db.Close()
+		return nil, corrupt(path, err)
+	}
 	if opts.ReadOnly {
 		close(s.stopped)
 	} else {
