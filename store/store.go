@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -430,6 +431,11 @@ type Tx struct {
 	now   time.Time
 	dirty bool
 	ipam  *ipamState
+	// buckets caches bucket handles (see bucket).
+	buckets [4]struct {
+		name []byte
+		b    *bolt.Bucket
+	}
 	// after runs once the transaction's writes are durable (or, for an
 	// operation that wrote nothing, once it has run): in-memory state that
 	// readers outside the committer consult must not move ahead of what
@@ -722,8 +728,29 @@ func (s *Store) view(fn func(*Tx) error) error {
 }
 
 // get decodes the value at key into v; it reports whether the key exists.
+// bucket returns the named top-level bucket. Handles are kept for the
+// operation: in a read transaction bbolt looks a bucket up (a seek and an
+// allocation) on every Tx.Bucket call, and a DHCP offer reads the addresses
+// bucket several times.
+func (t *Tx) bucket(name []byte) *bolt.Bucket {
+	for i := range t.buckets {
+		c := &t.buckets[i]
+		if c.b == nil {
+			b := t.tx.Bucket(name)
+			if b != nil { // a bucket created later in the transaction is found then
+				c.name, c.b = name, b
+			}
+			return b
+		}
+		if bytes.Equal(c.name, name) {
+			return c.b
+		}
+	}
+	return t.tx.Bucket(name)
+}
+
 func (t *Tx) get(bucket, key []byte, v any) (bool, error) {
-	data := t.tx.Bucket(bucket).Get(key)
+	data := t.bucket(bucket).Get(key)
 	if data == nil {
 		return false, nil
 	}
@@ -740,16 +767,16 @@ func (t *Tx) put(bucket, key []byte, v any) error {
 		return fmt.Errorf("encode %s/%s: %w", bucket, key, err)
 	}
 	t.dirty = true
-	return t.tx.Bucket(bucket).Put(key, data)
+	return t.bucket(bucket).Put(key, data)
 }
 
 func (t *Tx) putRaw(bucket, key, value []byte) error {
 	t.dirty = true
-	return t.tx.Bucket(bucket).Put(key, value)
+	return t.bucket(bucket).Put(key, value)
 }
 
 func (t *Tx) getRaw(bucket, key []byte) []byte {
-	v := t.tx.Bucket(bucket).Get(key)
+	v := t.bucket(bucket).Get(key)
 	if v == nil {
 		return nil
 	}
@@ -758,7 +785,7 @@ func (t *Tx) getRaw(bucket, key []byte) []byte {
 
 func (t *Tx) del(bucket, key []byte) error {
 	t.dirty = true
-	return t.tx.Bucket(bucket).Delete(key)
+	return t.bucket(bucket).Delete(key)
 }
 
 func (t *Tx) nextSeq(bucket []byte) (uint64, error) {
