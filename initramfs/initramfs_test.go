@@ -55,11 +55,12 @@ func TestToolsMatchCommands(t *testing.T) {
 	}
 }
 
-// TestModules: the module list names the NICs QEMU gives the end-to-end
-// tests' VMs, each once, in the spelling modules.dep uses.
+// TestModules: the module list names the NICs and the disk QEMU gives the
+// end-to-end tests' VMs (commissioning inventories the disk, deployment
+// writes it), each once, in the spelling modules.dep uses.
 func TestModules(t *testing.T) {
 	mods := list(t, "modules.txt")
-	for _, want := range []string{"virtio_net", "virtio_pci", "e1000"} {
+	for _, want := range []string{"virtio_net", "virtio_pci", "e1000", "virtio_blk"} {
 		if !slices.Contains(mods, want) {
 			t.Errorf("modules.txt lacks %s", want)
 		}
