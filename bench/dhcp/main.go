@@ -47,6 +47,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"rackd/bench/internal/benchns"
 )
 
 func main() {
@@ -57,7 +59,7 @@ func main() {
 }
 
 type bench struct {
-	t        *topology
+	t        *benchns.Topology
 	work     string
 	period   int     // seconds per perfdhcp run
 	steps    int     // perfdhcp runs per server per repetition in the search
@@ -168,18 +170,18 @@ func run() error {
 		fmt.Println("built rackd from ./agent/cmd/rackd")
 	}
 
-	t, err := newTopology(ctx)
+	t, err := benchns.NewTopology(ctx, "rkb")
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if err := t.close(); err != nil {
+		if err := t.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench-dhcp: cleanup:", err)
 		}
 	}()
-	defer stopAll() // before the namespaces go (defers run last first)
+	defer benchns.StopAll() // before the namespaces go (defers run last first)
 	fmt.Printf("namespaces %s (%s %s%s) <-> %s (%s %s%s), veth, no default route\n",
-		t.srv, t.srvIf, serverIP, ifPrefix, t.cli, t.cliIf, clientIP, ifPrefix)
+		t.Srv, t.SrvIf, benchns.ServerIP, benchns.IfPrefix, t.Cli, t.CliIf, benchns.ClientIP, benchns.IfPrefix)
 	fmt.Printf("perfdhcp %s\n", strings.Join(perfdhcpArgs(0, *period), " "))
 
 	b := &bench{t: t, work: work, period: *period, steps: *steps, start: *start, factor: *factor,
@@ -404,28 +406,28 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 	stopped := false
 	defer func() {
 		if !stopped {
-			p.stop(10 * time.Second)
+			p.Stop(10 * time.Second)
 		}
 	}()
-	m0, err := machineTicks()
+	m0, err := benchns.MachineTicks()
 	if err != nil {
 		return trial{}, err
 	}
-	c0, err := cpuTicks(p.pid())
+	c0, err := cpuTicks(p.PID())
 	if err != nil {
 		return trial{}, err
 	}
 	t0 := time.Now()
-	rep, err := runPerfdhcp(ctx, b.t.cli, rate, b.period)
+	rep, err := runPerfdhcp(ctx, b.t.Cli, rate, b.period)
 	if err != nil {
 		return trial{}, err
 	}
-	c1, err := cpuTicks(p.pid())
+	c1, err := cpuTicks(p.PID())
 	if err != nil {
-		return trial{}, fmt.Errorf("%s died during the run: %v\n%s", s.name(), err, p.out)
+		return trial{}, fmt.Errorf("%s died during the run: %v\n%s", s.name(), err, p.Out)
 	}
 	wall := time.Since(t0).Seconds()
-	m1, err := machineTicks()
+	m1, err := benchns.MachineTicks()
 	if err != nil {
 		return trial{}, err
 	}
@@ -434,11 +436,11 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 	}
 	t := trial{rate: rate, rep: rep, dora: float64(rep.acks()) / float64(b.period), cpuUs: math.NaN(), leases: -1}
 	if rep.acks() > 0 {
-		t.cpuUs = float64(c1-c0) * 1e6 / userHZ / float64(rep.acks())
+		t.cpuUs = float64(c1-c0) * 1e6 / benchns.UserHZ / float64(rep.acks())
 	}
-	t.srvCores = float64(c1-c0) / userHZ / wall
+	t.srvCores = float64(c1-c0) / benchns.UserHZ / wall
 	t.genCores = rep.cpu.Seconds() / wall
-	t.otherCores = max(0, float64(m1-m0)/userHZ/wall-t.srvCores-t.genCores)
+	t.otherCores = max(0, float64(m1-m0)/benchns.UserHZ/wall-t.srvCores-t.genCores)
 	b.others[s.name()] = append(b.others[s.name()], t.otherCores)
 	if count {
 		if n, err := s.leases(ctx, dir); err != nil {
@@ -448,8 +450,8 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 		}
 	}
 	stopped = true
-	if err := p.stop(10 * time.Second); err != nil {
-		return t, fmt.Errorf("%v\n%s", err, p.out)
+	if err := p.Stop(10 * time.Second); err != nil {
+		return t, fmt.Errorf("%v\n%s", err, p.Out)
 	}
 	return t, nil
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"rackd/bench/internal/benchns"
 )
 
 // exchange is perfdhcp's statistics for one exchange (DISCOVER-OFFER or
@@ -46,8 +48,8 @@ func (r report) lossPct() float64 {
 // the -l address), up to 60,000 distinct clients, period seconds, 1 s
 // exit wait for late answers.
 func perfdhcpArgs(rate, period int) []string {
-	return []string{"-4", "-l", clientIP, "-r", strconv.Itoa(rate), "-R", "60000",
-		"-p", strconv.Itoa(period), "-W", "1000000", serverIP}
+	return []string{"-4", "-l", benchns.ClientIP, "-r", strconv.Itoa(rate), "-R", "60000",
+		"-p", strconv.Itoa(period), "-W", "1000000", benchns.ServerIP}
 }
 
 // runPerfdhcp runs perfdhcp in the client namespace, bounded by the period

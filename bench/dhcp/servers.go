@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"rackd/bench/internal/benchns"
 )
 
 // A server is one of the DHCPv4 servers compared. start runs it in the
@@ -19,7 +21,7 @@ import (
 // is answering; leases counts the leases it holds in its durable store.
 type server interface {
 	name() string
-	start(ctx context.Context, dir string) (*proc, error)
+	start(ctx context.Context, dir string) (*benchns.Proc, error)
 	leases(ctx context.Context, dir string) (int, error)
 }
 
@@ -27,33 +29,33 @@ const readyTimeout = 10 * time.Second
 
 // waitListening waits until p has its DHCP socket(s) open in the server
 // namespace, p exits, or the timeout.
-func waitListening(ctx context.Context, p *proc, packet bool) error {
+func waitListening(ctx context.Context, p *benchns.Proc, packet bool) error {
 	deadline := time.Now().Add(readyTimeout)
-	for !listening(p.pid(), 67, packet) {
-		if p.exited() {
-			return fmt.Errorf("%s exited at start: %v\n%s", p.name, p.err, p.out)
+	for !benchns.Listening(p.PID(), 67, packet) {
+		if p.Exited() {
+			return fmt.Errorf("%s exited at start: %v\n%s", p.Name, p.Err, p.Out)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: no DHCP socket on port 67 after %v\n%s", p.name, readyTimeout, p.out)
+			return fmt.Errorf("%s: no DHCP socket on port 67 after %v\n%s", p.Name, readyTimeout, p.Out)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := benchns.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
 	// Let it finish what it does after opening its sockets.
-	return sleep(ctx, 200*time.Millisecond)
+	return benchns.Sleep(ctx, 200*time.Millisecond)
 }
 
 // kea is ISC Kea's kea-dhcp4 (2.2): memfile lease database with persistence
 // (each lease is appended to a CSV file before the reply is sent), no lease
 // file cleanup, raw socket on the veth, single-threaded (2.2's default).
-type kea struct{ t *topology }
+type kea struct{ t *benchns.Topology }
 
 func (kea) name() string { return "kea" }
 
 func (k kea) config(dir string) ([]byte, error) {
 	cfg := map[string]any{"Dhcp4": map[string]any{
-		"interfaces-config": map[string]any{"interfaces": []string{k.t.srvIf}, "dhcp-socket-type": "raw"},
+		"interfaces-config": map[string]any{"interfaces": []string{k.t.SrvIf}, "dhcp-socket-type": "raw"},
 		"lease-database": map[string]any{"type": "memfile", "persist": true,
 			"name": filepath.Join(dir, "kea-leases4.csv"), "lfc-interval": 0},
 		"valid-lifetime": 3600,
@@ -79,23 +81,23 @@ func (k kea) check(ctx context.Context, dir string) error {
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		return err
 	}
-	p, err := startProc(k.t.srv, k.env(dir), "kea-dhcp4", "-t", path)
+	p, err := benchns.StartProc(k.t.Srv, -1, k.env(dir), "kea-dhcp4", "-t", path)
 	if err != nil {
 		return err
 	}
 	select {
-	case <-p.done:
-	case <-time.After(cmdTimeout):
+	case <-p.Done:
+	case <-time.After(benchns.CmdTimeout):
 	case <-ctx.Done():
 	}
-	p.stop(time.Second)
-	if p.err != nil {
-		return fmt.Errorf("kea-dhcp4 -t: %v\n%s", p.err, p.out)
+	p.Stop(time.Second)
+	if p.Err != nil {
+		return fmt.Errorf("kea-dhcp4 -t: %v\n%s", p.Err, p.Out)
 	}
 	return nil
 }
 
-func (k kea) start(ctx context.Context, dir string) (*proc, error) {
+func (k kea) start(ctx context.Context, dir string) (*benchns.Proc, error) {
 	cfg, err := k.config(dir)
 	if err != nil {
 		return nil, err
@@ -104,12 +106,12 @@ func (k kea) start(ctx context.Context, dir string) (*proc, error) {
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		return nil, err
 	}
-	p, err := startProc(k.t.srv, k.env(dir), "kea-dhcp4", "-c", path)
+	p, err := benchns.StartProc(k.t.Srv, -1, k.env(dir), "kea-dhcp4", "-c", path)
 	if err != nil {
 		return nil, err
 	}
 	if err := waitListening(ctx, p, true); err != nil {
-		p.stop(5 * time.Second)
+		p.Stop(5 * time.Second)
 		return nil, err
 	}
 	return p, nil
@@ -138,13 +140,13 @@ func (k kea) leases(_ context.Context, dir string) (int, error) {
 
 // dnsmasq (2.90) with DNS off and the lease file in dir: it rewrites and
 // fsyncs the whole lease file on every ACK.
-type dnsmasq struct{ t *topology }
+type dnsmasq struct{ t *benchns.Topology }
 
 func (dnsmasq) name() string { return "dnsmasq" }
 
-func (d dnsmasq) start(ctx context.Context, dir string) (*proc, error) {
-	p, err := startProc(d.t.srv, nil, "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
-		"--port=0", "--user=root", "--group=root", "--interface="+d.t.srvIf, "--bind-dynamic",
+func (d dnsmasq) start(ctx context.Context, dir string) (*benchns.Proc, error) {
+	p, err := benchns.StartProc(d.t.Srv, -1, nil, "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
+		"--port=0", "--user=root", "--group=root", "--interface="+d.t.SrvIf, "--bind-dynamic",
 		fmt.Sprintf("--dhcp-range=%s,%s,%s,1h", poolStart, poolEnd, poolMask),
 		"--dhcp-lease-max=1000000", "--dhcp-leasefile="+filepath.Join(dir, "dnsmasq.leases"),
 		"--dhcp-authoritative", "--no-ping", "--quiet-dhcp")
@@ -152,7 +154,7 @@ func (d dnsmasq) start(ctx context.Context, dir string) (*proc, error) {
 		return nil, err
 	}
 	if err := waitListening(ctx, p, false); err != nil {
-		p.stop(5 * time.Second)
+		p.Stop(5 * time.Second)
 		return nil, err
 	}
 	return p, nil
@@ -173,7 +175,7 @@ func (d dnsmasq) leases(_ context.Context, dir string) (int, error) {
 // which listens on loopback inside the server namespace; the namespace is
 // the bench's own, so a fixed port is free.
 type rackd struct {
-	t   *topology
+	t   *benchns.Topology
 	bin string
 	// extra is appended to the [dhcp] section of rackd's config (tuning
 	// experiments, e.g. commit_delay = "4ms").
@@ -186,34 +188,34 @@ func (rackd) name() string { return "rackd" }
 
 func (r rackd) client() *http.Client {
 	return &http.Client{Timeout: 30 * time.Second,
-		Transport: &http.Transport{DialContext: dialer(r.t.srv), DisableKeepAlives: true}}
+		Transport: &http.Transport{DialContext: benchns.Dialer(r.t.Srv), DisableKeepAlives: true}}
 }
 
 const rackdConfig = `# written by bench/dhcp
 [dhcp]
-listen = ["` + serverIP + `:67"]
+listen = ["` + benchns.ServerIP + `:67"]
 probe_timeout = "0s"
 `
 
-func (r rackd) start(ctx context.Context, dir string) (*proc, error) {
+func (r rackd) start(ctx context.Context, dir string) (*benchns.Proc, error) {
 	cfg := filepath.Join(dir, "rackd.toml")
 	if err := os.WriteFile(cfg, []byte(rackdConfig+r.extra+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	state := filepath.Join(dir, "state")
-	p, err := startProc(r.t.srv, nil, r.bin, "serve", "--config", cfg, "--state-dir", state,
+	p, err := benchns.StartProc(r.t.Srv, -1, nil, r.bin, "serve", "--config", cfg, "--state-dir", state,
 		"--listen", rackdAPI, "--log-level", "warn")
 	if err != nil {
 		return nil, err
 	}
 	if err := r.setup(ctx, p, state); err != nil {
-		p.stop(10 * time.Second)
+		p.Stop(10 * time.Second)
 		return nil, err
 	}
 	return p, nil
 }
 
-func (r rackd) setup(ctx context.Context, p *proc, state string) error {
+func (r rackd) setup(ctx context.Context, p *benchns.Proc, state string) error {
 	c := r.client()
 	deadline := time.Now().Add(readyTimeout)
 	for {
@@ -226,13 +228,13 @@ func (r rackd) setup(ctx context.Context, p *proc, state string) error {
 				break
 			}
 		}
-		if p.exited() {
-			return fmt.Errorf("rackd exited at start: %v\n%s", p.err, p.out)
+		if p.Exited() {
+			return fmt.Errorf("rackd exited at start: %v\n%s", p.Err, p.Out)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("rackd: API not healthy after %v (%v)\n%s", readyTimeout, err, p.out)
+			return fmt.Errorf("rackd: API not healthy after %v (%v)\n%s", readyTimeout, err, p.Out)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := benchns.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}

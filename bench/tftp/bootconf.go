@@ -164,7 +164,7 @@ func (b *bench) stormClient() client {
 func (b *bench) fetchConfigs(ctx context.Context, rk *server, dir string, names []string) ([][]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	args := []string{"netns", "exec", b.t.cli, "curl", "-sS", "--tftp-blksize", fmt.Sprint(blksize), "--max-time", "60"}
+	args := []string{"netns", "exec", b.t.Cli, "curl", "-sS", "--tftp-blksize", fmt.Sprint(blksize), "--max-time", "60"}
 	name := "ip"
 	if b.o.clientNice != 0 {
 		args = append([]string{"-n", strconv.Itoa(b.o.clientNice), "ip"}, args...)

@@ -77,6 +77,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"rackd/bench/internal/benchns"
 )
 
 func main() {
@@ -200,21 +202,21 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cgParent := filepath.Join(cgRoot, randName("rackd-bench-tftp-"))
+	cgParent := filepath.Join(cgRoot, benchns.RandName("rackd-bench-tftp-"))
 	defer os.Remove(cgParent) // after the servers' own (defers run last first)
 
-	t, err := newTopology(ctx)
+	t, err := benchns.NewTopology(ctx, "rkt")
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if err := t.close(); err != nil {
+		if err := t.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench-tftp: cleanup:", err)
 		}
 	}()
-	defer stopAll() // before the namespaces go
+	defer benchns.StopAll() // before the namespaces go
 	fmt.Printf("namespaces %s (%s %s%s) <-> %s (%s %s%s), veth, no default route\n",
-		t.srv, t.srvIf, serverIP, ifPrefix, t.cli, t.cliIf, clientIP, ifPrefix)
+		t.Srv, t.SrvIf, benchns.ServerIP, benchns.IfPrefix, t.Cli, t.CliIf, benchns.ClientIP, benchns.IfPrefix)
 
 	rk, err := startRackd(ctx, t, cgParent, rackdBin, state, o.cpuprofile)
 	if err != nil {
@@ -314,7 +316,7 @@ func clientNames(cs []client) string {
 }
 
 type bench struct {
-	t     *topology
+	t     *benchns.Topology
 	o     options
 	sums  map[string][32]byte
 	sizes map[string]int64
@@ -377,7 +379,7 @@ func (b *bench) measure(ctx context.Context, s *server, n int, name string, fetc
 	// take about a minute; ten minutes means something is broken.
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	m0, err := machineTicks()
+	m0, err := benchns.MachineTicks()
 	if err != nil {
 		return phase{}, err
 	}
@@ -397,7 +399,7 @@ func (b *bench) measure(ctx context.Context, s *server, n int, name string, fetc
 	if err != nil {
 		return phase{}, err
 	}
-	m1, err := machineTicks()
+	m1, err := benchns.MachineTicks()
 	if err != nil {
 		return phase{}, err
 	}
@@ -405,7 +407,7 @@ func (b *bench) measure(ctx context.Context, s *server, n int, name string, fetc
 		return phase{}, err
 	}
 	return phase{bytes: int64(n) * b.sizes[name], wall: wall, cpu: c1 - c0, clients: n,
-		machine: float64(m1-m0) / userHZ / wall.Seconds()}, nil
+		machine: float64(m1-m0) / benchns.UserHZ / wall.Seconds()}, nil
 }
 
 // fetch fetches name from s with c in the client namespace and checks its
@@ -422,7 +424,7 @@ func (b *bench) fetch(ctx context.Context, c client, s *server, name string) err
 }
 
 func (b *bench) fetchHash(ctx context.Context, c client, s *server, name string) ([32]byte, int64, error) {
-	args := append([]string{"netns", "exec", b.t.cli}, c.args(s.addr, name)...)
+	args := append([]string{"netns", "exec", b.t.Cli}, c.args(s.addr, name)...)
 	if b.o.clientNice != 0 {
 		args = append([]string{"-n", strconv.Itoa(b.o.clientNice), "ip"}, args...)
 	}
@@ -430,9 +432,8 @@ func (b *bench) fetchHash(ctx context.Context, c client, s *server, name string)
 	if b.o.clientNice != 0 {
 		cmd = exec.CommandContext(ctx, "nice", args...)
 	}
-	var stderr tailBuffer
-	stderr.max = 4096
-	cmd.Stderr = &stderr
+	stderr := benchns.NewTailBuffer(4096)
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return [32]byte{}, 0, err

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"rackd/bench/internal/benchns"
 )
 
 // server is one TFTP server under test, running in the server namespace in
@@ -16,7 +18,7 @@ import (
 type server struct {
 	name string
 	addr string // host:port of its TFTP socket
-	p    *proc
+	p    *benchns.Proc
 	cg   *cgroup
 	// rackd only
 	state string
@@ -24,14 +26,14 @@ type server struct {
 
 const (
 	readyTimeout = 15 * time.Second
-	rackdTFTP    = serverIP + ":69"
-	hpaTFTP      = serverIP + ":6969"
+	rackdTFTP    = benchns.ServerIP + ":69"
+	hpaTFTP      = benchns.ServerIP + ":6969"
 	rackdAPI     = "127.0.0.1:5240" // in the server namespace
 )
 
 func (s *server) stop() {
 	if s.p != nil {
-		s.p.stop(15 * time.Second)
+		s.p.Stop(15 * time.Second)
 		s.p = nil
 	}
 	if s.cg != nil {
@@ -44,23 +46,23 @@ func (s *server) stop() {
 
 // checkAlive reports a server that died during the run.
 func (s *server) checkAlive() error {
-	if s.p.exited() {
-		return fmt.Errorf("%s exited during the run: %v\n%s", s.name, s.p.err, s.p.out)
+	if s.p.Exited() {
+		return fmt.Errorf("%s exited during the run: %v\n%s", s.name, s.p.Err, s.p.Out)
 	}
 	return nil
 }
 
 // waitListening waits until p has a UDP socket on port.
-func waitListening(ctx context.Context, p *proc, port int) error {
+func waitListening(ctx context.Context, p *benchns.Proc, port int) error {
 	deadline := time.Now().Add(readyTimeout)
-	for !listening(p.pid(), port) {
-		if p.exited() {
-			return fmt.Errorf("%s exited at start: %v\n%s", p.name, p.err, p.out)
+	for !benchns.Listening(p.PID(), port, false) {
+		if p.Exited() {
+			return fmt.Errorf("%s exited at start: %v\n%s", p.Name, p.Err, p.Out)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: no UDP socket on port %d after %v\n%s", p.name, port, readyTimeout, p.out)
+			return fmt.Errorf("%s: no UDP socket on port %d after %v\n%s", p.Name, port, readyTimeout, p.Out)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := benchns.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -70,7 +72,7 @@ func waitListening(ctx context.Context, p *proc, port int) error {
 // startHPA runs tftpd-hpa in the foreground (-L) on hpaTFTP, chrooted to
 // tree (-s) as user tftp, as its Debian service does. It forks a child per
 // transfer, in its cgroup.
-func startHPA(ctx context.Context, t *topology, cgParent, tree string) (*server, error) {
+func startHPA(ctx context.Context, t *benchns.Topology, cgParent, tree string) (*server, error) {
 	cg, err := newCgroup(cgParent, "tftpd-hpa")
 	if err != nil {
 		return nil, err
@@ -84,7 +86,7 @@ func startHPA(ctx context.Context, t *topology, cgParent, tree string) (*server,
 	if _, err := lookupUser(user); err != nil {
 		user = "nobody"
 	}
-	s.p, err = startProc(t.srv, cg, nil, bin, "-L", "-a", hpaTFTP, "-u", user, "-s", tree)
+	s.p, err = startProc(t.Srv, cg, nil, bin, "-L", "-a", hpaTFTP, "-u", user, "-s", tree)
 	if err != nil {
 		s.stop()
 		return nil, err
@@ -116,7 +118,7 @@ listen = "` + rackdTFTP + `"
 
 // startRackd runs rackd serve with its TFTP server on rackdTFTP, its API on
 // rackdAPI, and state (with the tree in state/boot).
-func startRackd(ctx context.Context, t *topology, cgParent, bin, state, cpuprofile string) (*server, error) {
+func startRackd(ctx context.Context, t *benchns.Topology, cgParent, bin, state, cpuprofile string) (*server, error) {
 	cg, err := newCgroup(cgParent, "rackd")
 	if err != nil {
 		return nil, err
@@ -136,7 +138,7 @@ func startRackd(ctx context.Context, t *topology, cgParent, bin, state, cpuprofi
 		}
 		env = append(env, "RACKD_CPUPROFILE="+abs)
 	}
-	s.p, err = startProc(t.srv, cg, env, bin, "serve", "--config", cfg, "--state-dir", state,
+	s.p, err = startProc(t.Srv, cg, env, bin, "serve", "--config", cfg, "--state-dir", state,
 		"--listen", rackdAPI, "--log-level", "warn")
 	if err != nil {
 		s.stop()
@@ -153,12 +155,12 @@ func startRackd(ctx context.Context, t *topology, cgParent, bin, state, cpuprofi
 	return s, nil
 }
 
-func apiClient(t *topology) *http.Client {
+func apiClient(t *benchns.Topology) *http.Client {
 	return &http.Client{Timeout: 30 * time.Second,
-		Transport: &http.Transport{DialContext: dialer(t.srv), DisableKeepAlives: true}}
+		Transport: &http.Transport{DialContext: benchns.Dialer(t.Srv), DisableKeepAlives: true}}
 }
 
-func (s *server) waitHealthy(ctx context.Context, t *topology) error {
+func (s *server) waitHealthy(ctx context.Context, t *benchns.Topology) error {
 	c := apiClient(t)
 	deadline := time.Now().Add(readyTimeout)
 	for {
@@ -171,13 +173,13 @@ func (s *server) waitHealthy(ctx context.Context, t *topology) error {
 				return nil
 			}
 		}
-		if s.p.exited() {
-			return fmt.Errorf("rackd exited at start: %v\n%s", s.p.err, s.p.out)
+		if s.p.Exited() {
+			return fmt.Errorf("rackd exited at start: %v\n%s", s.p.Err, s.p.Out)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("rackd: API not healthy after %v (%v)\n%s", readyTimeout, err, s.p.out)
+			return fmt.Errorf("rackd: API not healthy after %v (%v)\n%s", readyTimeout, err, s.p.Out)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := benchns.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
