@@ -93,7 +93,9 @@ func launchDaemon(t *testing.T, prefix []string, stateDir string, extra ...strin
 	cmd := exec.Command(argv[0], argv[1:]...)
 	pr, pw := io.Pipe()
 	d := &daemon{cmd: cmd, stderr: &netnstest.Buffer{}, exited: make(chan struct{})}
-	cmd.Stderr = io.MultiWriter(pw, d.stderr)
+	// The buffer first: whoever reads the pipe and sees "rackd serving"
+	// must find everything up to it in d.stderr already.
+	cmd.Stderr = io.MultiWriter(d.stderr, pw)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start rackd: %v", err)
 	}
