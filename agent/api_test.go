@@ -20,12 +20,12 @@ func readyMachine(i int) api.CreateMachine {
 		Tags: []string{"rack1"}, State: "READY"}
 }
 
-// TestSeed000 plays the scenario of seed 000 end to end through the API: an
+// TestAllocationHandOver plays the hand-over of machines between tools end to end through the API: an
 // installer reserves machines by name for agent U; the orchestrator, as the
 // same user and the same agent name, takes exactly those; another agent name
 // is refused until it shows the allocation token, which hands the machine
 // over; allocate-by-constraints never returns a held machine.
-func TestSeed000(t *testing.T) {
+func TestAllocationHandOver(t *testing.T) {
 	ta := startAgent(t)
 	andreas := ta.addUser(t, "andreas", false)
 	other := ta.addUser(t, "landscape", false)

@@ -11,7 +11,7 @@ import (
 // requests of each MAC are answered as if the MAC were unknown, so that a
 // known machine boots the default (enlistment) environment, as it does in
 // the field when its firmware gives up on a slow per-MAC answer and falls
-// back to the default config (seed 001). It exists so that tests and drills
+// back to the default config. It exists so that tests and drills
 // can reproduce that case on demand; production leaves it at 0.
 type defaultFirst struct {
 	n    int

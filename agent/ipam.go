@@ -315,7 +315,7 @@ func (a *Agent) probedCandidate(ctx context.Context, machine, mac string, subnet
 }
 
 // ensureSticky gives a machine whose hardware is known its sticky address
-// when the setting says so (DESIGN.md section 3). Failing to is not an error
+// when ipam.sticky_on_commission says so. Failing to is not an error
 // of the request that triggered it: the machine is logged and keeps going.
 func (a *Agent) ensureSticky(ctx context.Context, m store.Machine) {
 	need, err := a.store.NeedsSticky(m)

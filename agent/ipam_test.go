@@ -10,7 +10,7 @@ import (
 	"rackd/store"
 )
 
-// TestIPAMThroughAPI walks seed 003 through the API: a subnet, a machine
+// TestIPAMThroughAPI walks an operator's IPAM day through the API: a subnet, a machine
 // that gets its sticky address when created READY, a reservation that is
 // never taken, an override that returns the old address and says so, an
 // alias, and a lease as DHCP would make it.

@@ -16,7 +16,7 @@ import (
 	"rackd/store"
 )
 
-// The metadata endpoints (DESIGN.md section 2, seed 001): the enlistment
+// The metadata endpoints (threat model: docs/ARCHITECTURE.md section 7): the enlistment
 // environment asks whether its machine is known and what to do, and
 // introduces it when it is not. They need no token, so they reveal nothing
 // but a state and an action, never change a known machine, cap bodies and
@@ -49,7 +49,7 @@ func newMetadataMetrics() *prometheus.CounterVec {
 	return c
 }
 
-// actionFor is seed 001's rule: an unknown machine enlists; a known one
+// actionFor is the enlistment environment's rule: an unknown machine enlists; a known one
 // reboots when its boot decision serves it a network environment (so that
 // the next PXE round gets its real config instead of this one), and powers
 // off otherwise. The decision is bootconf's own, so that whoami and the boot

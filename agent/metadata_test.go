@@ -72,7 +72,7 @@ func TestWhoAmI(t *testing.T) {
 		{"COMMISSIONING", enlist.ActionReboot},
 		{"READY", enlist.ActionPowerOff},
 		{"ALLOCATED", enlist.ActionPowerOff},
-		{"DEPLOYING", enlist.ActionReboot}, // seed 001: it must not wait in the wrong environment
+		{"DEPLOYING", enlist.ActionReboot}, // a known machine must not wait in the wrong environment
 		{"DEPLOYED", enlist.ActionPowerOff},
 		{"BROKEN", enlist.ActionPowerOff},
 	}

@@ -18,8 +18,8 @@ import (
 	"rackd/store"
 )
 
-// The phase reports of the commissioning, deploy and erase environments
-// (issue 7): authenticated by the machine's phase credential, which rackd
+// The phase reports of the commissioning, deploy and erase environments:
+// authenticated by the machine's phase credential, which rackd
 // puts on the environment's kernel command line (rackd.token=) and the
 // store checks and consumes (store/phases.go).
 
@@ -58,7 +58,7 @@ func loadCredentialKey(dir string) ([]byte, error) {
 	return b, f.Close()
 }
 
-// phaseMetrics are the series of issue 7's phases.
+// phaseMetrics are the series of the commissioning, deploy and erase phases.
 type phaseMetrics struct {
 	duration *prometheus.HistogramVec
 	failures *prometheus.CounterVec

@@ -107,7 +107,7 @@ func TestE2EEnlistBIOS(t *testing.T) {
 	recordResult(t, "e2e_poweroff_s", off.Seconds())
 }
 
-// TestE2EKnownMachineReboots is seed 001: a machine rackd knows as
+// TestE2EKnownMachineReboots: a machine rackd knows as
 // DEPLOYING lands in the default enlistment environment anyway (rackd is
 // told to answer its first per-MAC request with the default config, as
 // firmware that gave up on a slow answer would boot); whoami tells the

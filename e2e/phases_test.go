@@ -23,7 +23,7 @@ import (
 	"rackd/internal/netnstest"
 )
 
-// Issue 7 on a real VM powered by a real BMC: an ipmi_sim BMC whose power
+// Commissioning, deployment and release on a real VM powered by a real BMC: an ipmi_sim BMC whose power
 // hook starts the QEMU VM on power on and stops it on power off, the VM's
 // NIC on rackd's bridge and a disk attached. Nothing in the test powers the
 // VM but rackd, through IPMI.
@@ -237,7 +237,7 @@ func (l *lab) lastEvent(id string) api.Event {
 	return evs[0]
 }
 
-// TestE2ECommissionDeployRelease is issue 7 end to end: commission (the VM
+// TestE2ECommissionDeployRelease is a machine's whole life end to end: commission (the VM
 // boots, sends its inventory, is READY and powered off), deploy a bootable
 // raw image (the VM writes it, reboots, boots it from its disk: DEPLOYED),
 // release with an erase (READY, disk wiped, powered off), deploy a

@@ -1,12 +1,14 @@
 // Package enlist is the metadata protocol spoken between rackd and the
-// enlistment initramfs (DESIGN.md section 2, API.md "Metadata"): the wire
+// enlistment initramfs (docs/API.md "Metadata"): the wire
 // types of whoami and enlist, their validation, and the client the
 // initramfs program (enlist/cmd/enlist) uses, with retries and backoff.
 // Package enlist/inventory reads the hardware inventory from /sys, /proc
 // and DMI.
 //
-// The protocol answers the question of seed 001: a machine that lands in
-// the enlistment environment asks rackd whether it is known before acting.
+// A machine can land in the enlistment environment although rackd knows it
+// (its firmware gave up on a slow per-MAC answer and booted the default
+// config), so the environment asks rackd whether it is known before acting:
+// a known machine must not wait, or enlist again, in the wrong environment.
 //
 //	GET  /metadata/v1/whoami?mac=A&mac=B  -> {"known", "state"?, "action"}
 //	POST /metadata/v1/enlist  Inventory   -> 201 {"id", "action"}

@@ -8,7 +8,7 @@ import (
 	"regexp"
 )
 
-// The phase reports (issue 7): the commissioning, deploy and erase
+// The phase reports: the commissioning, deploy and erase
 // environments end by telling rackd how it went. Unlike whoami and enlist
 // these change a known machine, so they carry the machine's phase
 // credential, rackd.token= of the kernel command line, as a Bearer token.

@@ -1,5 +1,5 @@
 // Package images is the content-addressed store of boot artefacts (kernels,
-// initrds, bootloaders, disk images); see DESIGN.md section 5.
+// initrds, bootloaders, disk images), and image import.
 //
 // A Store keeps every blob at <dir>/sha256/<hex>, named by the SHA-256 of
 // its content. Writes stream into <dir>/tmp/, are hashed and fsynced, checked

@@ -3,5 +3,6 @@
 // it carries (commands.txt, imported by tools.go so that go.mod pins them)
 // and the kernel modules it ships from the kernel it is paired with
 // (modules.txt, with their dependencies). The enlist client
-// (enlist/cmd/enlist) is its uinit. See DESIGN.md section 2.
+// (enlist/cmd/enlist) is its uinit; docs/ARCHITECTURE.md section 4 follows
+// one boot through it.
 package initramfs

@@ -1,4 +1,4 @@
-// Package power is the BMC side of rackd (DESIGN.md section 4): the Driver
+// Package power is the BMC side of rackd (docs/ARCHITECTURE.md section 6): the Driver
 // interface every BMC driver implements (power/ipmi, power/manual, and the
 // fake in power/powertest), the power State and BootDevice types, and the
 // error kinds the queue (power/queue) retries on and counts by. Desired

@@ -74,8 +74,9 @@ func HashToken(token string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// Allocate grants a machine to actor in one transaction, with the semantics
-// of seed 000 (DESIGN.md section 1):
+// Allocate grants a machine to actor in one transaction. Tools that plan
+// (an installer) and tools that deploy (an orchestrator) hand machines to
+// each other by name, so:
 //   - by constraints: the first READY machine (by hostname) that matches; a
 //     held machine is never returned, not even to the agent that holds it;
 //   - by name, with the allocation's token: the caller adopts it under the new

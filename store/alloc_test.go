@@ -94,7 +94,7 @@ func TestAllocateByConstraints(t *testing.T) {
 	}
 }
 
-// Seed 000: a client must not race itself into a machine it already holds, so
+// A client must not race itself into a machine it already holds, so
 // allocate-by-constraints skips held machines even for their holder.
 func TestAllocateByConstraintsSkipsHeld(t *testing.T) {
 	tests := map[string]struct {

@@ -10,7 +10,7 @@ import (
 )
 
 // Enlistment: a machine that booted the enlistment environment introduces
-// itself (DESIGN.md section 2). What it says is not trusted to change
+// itself. What it says is not trusted to change
 // anything rackd already knows: a machine known by any MAC or by its system
 // UUID is never modified, only reported.
 

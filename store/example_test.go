@@ -10,7 +10,7 @@ import (
 	"rackd/store"
 )
 
-// The allocate-by-name flow of seed 000: a planning tool reserves a machine
+// The allocate-by-name flow: a planning tool reserves a machine
 // under an agent name it chose, asking again is harmless, and the machine is
 // handed to another tool (here another user's) by giving it the allocation
 // token.

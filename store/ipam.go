@@ -97,7 +97,8 @@ type Subnet struct {
 // AddrKind is what an address is used for.
 type AddrKind string
 
-// The kinds of address (DESIGN.md section 3).
+// The kinds of address: every address in use has exactly one use, of one
+// of these kinds.
 const (
 	// KindDynamic is a DHCP lease from a dynamic range; it expires.
 	KindDynamic AddrKind = "dynamic"

@@ -2,7 +2,8 @@ package store
 
 import "fmt"
 
-// State is a machine's lifecycle state (DESIGN.md section 1).
+// State is a machine's lifecycle state (the transitions: docs/ARCHITECTURE.md
+// section 3).
 type State string
 
 // The lifecycle states, as the API spells them.

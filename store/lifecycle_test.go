@@ -6,7 +6,7 @@ import (
 )
 
 // TestLifecycleExhaustive checks every state x every action against the
-// lifecycle written out by hand from DESIGN.md section 1 (not derived from the
+// lifecycle written out by hand from docs/ARCHITECTURE.md section 3 (not derived from the
 // table under test): either the exact next state or the exact refusal.
 func TestLifecycleExhaustive(t *testing.T) {
 	const (

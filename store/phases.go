@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Phase credentials (issue 7): the commissioning, deployment and erase
+// Phase credentials: the commissioning, deployment and erase
 // environments report back to rackd, and those reports change a machine's
 // state, so unlike whoami and enlist they need a credential. One is issued
 // when a machine enters a phase; it is valid for that machine and that

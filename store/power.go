@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// Power requests and each machine's desired and observed power (DESIGN.md
-// section 4). The store keeps the durable half of the power queue: a request
+// Power requests and each machine's desired and observed power
+// (docs/ARCHITECTURE.md section 6). The store keeps the durable half of the power queue: a request
 // is committed before the API answers 202, and its fate (done, failed,
 // superseded by another) is written as the queue decides it, so a restart
 // resumes exactly what was open.
@@ -133,8 +133,8 @@ type PowerPolicy struct {
 	Once bool
 }
 
-// PowerPolicyFor is the per-state policy table (issue 5, DESIGN.md section
-// 4): idle machines are kept off; machines being commissioned or deployed are
+// PowerPolicyFor is the per-state policy table (docs/ARCHITECTURE.md
+// section 3): idle machines are kept off; machines being commissioned or deployed are
 // kept on and boot from the network; failed, broken and retired machines are
 // powered off once and then only watched, so a human can debug them; a
 // deployed machine's power is its owner's business.

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestPowerPolicyTable pins the policy of every lifecycle state (issue 5).
+// TestPowerPolicyTable pins the policy of every lifecycle state.
 func TestPowerPolicyTable(t *testing.T) {
 	want := map[State]PowerPolicy{
 		StateNew:                 {Desired: "off", Mode: ModeEnforce},

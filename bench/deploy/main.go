@@ -1,4 +1,4 @@
-// Command deploy measures issue 7's path on a real VM powered by a real BMC:
+// Command deploy measures commissioning and deployment on a real VM powered by a real BMC:
 // the wall time of commissioning (rackd machines commission until READY)
 // and of deployment (rackd machines deploy until DEPLOYED), and the rate at
 // which the deploy environment streams the raw image from rackd's HTTP to

@@ -1,5 +1,5 @@
 // Package deploy writes a raw disk image to a disk and erases disks: the
-// deploy and erase modes of rackd's ephemeral environment (issue 7).
+// deploy and erase modes of rackd's ephemeral environment.
 //
 // Write streams the image straight to the disk, hashing it as it goes, and
 // makes sure that a disk whose image did not arrive whole and correct is

@@ -2,7 +2,7 @@
 // TFTP and HTTP servers answer with: GRUB (grub/grub.cfg-<mac>, the
 // per-architecture defaults and the grub/grub.cfg pre-loader), pxelinux
 // (pxelinux.cfg/01-<mac>, pxelinux.cfg/default) and iPXE (ipxe/<mac>.ipxe,
-// /boot/ipxe?mac=<mac>). See DESIGN.md section 2 and API.md "Boot files".
+// /boot/ipxe?mac=<mac>). The paths are listed in docs/API.md ("Boot files").
 //
 // # One decision, three languages
 //

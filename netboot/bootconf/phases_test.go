@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// The environments of issue 7: a deploy image that is a raw disk image,
+// The phase environments: a deploy image that is a raw disk image,
 // written by the commissioning environment in deploy mode, and the erase
 // mode of a release.
 func TestPhaseModes(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package queue is rackd's power queue (DESIGN.md section 4, issue 5): it
+// Package queue is rackd's power queue (docs/ARCHITECTURE.md section 6): it
 // runs the power requests the store holds against the machines' BMCs.
 //
 //   - One worker per machine with open requests, so at most one BMC command

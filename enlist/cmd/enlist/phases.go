@@ -16,7 +16,7 @@ import (
 	"rackd/enlist/inventory"
 )
 
-// The phase modes (issue 7): booted by rackd with rackd.mode=commission,
+// The phase modes: booted by rackd with rackd.mode=commission,
 // deploy or erase, rackd.machine=<id> and rackd.token=<phase credential>,
 // the program does the phase's work and reports to rackd with the token
 // instead of asking whoami.
