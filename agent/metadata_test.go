@@ -307,8 +307,8 @@ func TestRateLimiter(t *testing.T) {
 	}
 	// A third address with the table full: idle b (full again) is forgotten.
 	now = now.Add(10 * time.Second)
-	if ok, _ := l.allow(c); !ok || len(l.buckets) > 2 {
-		t.Fatalf("table %d", len(l.buckets))
+	if ok, _ := l.allow(c); !ok || len(l.limiters) > 2 {
+		t.Fatalf("table %d", len(l.limiters))
 	}
 	if l := newRateLimiter(0, 0); l != nil {
 		t.Fatal("rate 0 limits")
