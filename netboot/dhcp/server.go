@@ -92,9 +92,12 @@ type Server struct {
 	jobs    chan job
 	started atomic.Bool
 	// async is the Leases when it binds asynchronously (nil otherwise), and
-	// pending bounds the requests waiting on it.
+	// pending bounds the requests waiting on it. acks counts those whose
+	// completion has not yet finished (sent and counted its reply):
+	// ServeConns returns only after the last one.
 	async   AsyncAcker
 	pending chan struct{}
+	acks    sync.WaitGroup
 	// conns are the sockets served, for their kernel drop counters.
 	conns atomic.Pointer[[]Conn]
 }
@@ -202,7 +205,8 @@ func (s *Server) Serve(ctx context.Context) error {
 }
 
 // ServeConns serves requests on conns until ctx ends, then closes them and
-// returns nil once the workers are done. A socket that fails ends the whole
+// returns nil once the workers and the pending asynchronous ACKs are done:
+// every reply sent by then is counted. A socket that fails ends the whole
 // server with the error. A Server serves once.
 func (s *Server) ServeConns(ctx context.Context, conns []Conn) error {
 	if !s.started.CompareAndSwap(false, true) {
@@ -253,6 +257,8 @@ func (s *Server) ServeConns(ctx context.Context, conns []Conn) error {
 	// No reader sends any more: let the workers drain and stop.
 	close(s.jobs)
 	workers.Wait()
+	// Only readers add to acks, and they are done: no Add races this Wait.
+	s.acks.Wait()
 	close(errc)
 	return errors.Join(collect(errc)...)
 }
@@ -313,13 +319,16 @@ func (s *Server) read(ctx context.Context, c Conn) error {
 				s.m.drop(reasonQueueFull)
 				continue
 			}
+			s.acks.Add(1)
 			err := s.h.requestAsync(ctx, req, c.In, s.async, func(reply *dhcpv4.DHCPv4, err error) {
-				<-s.pending
 				s.finish(ctx, j, reply, err)
+				<-s.pending
+				s.acks.Done()
 			})
 			if err != nil {
-				<-s.pending
 				s.finish(ctx, j, nil, err)
+				<-s.pending
+				s.acks.Done()
 			}
 			continue
 		}

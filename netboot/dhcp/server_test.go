@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -225,6 +226,68 @@ func testServerDestinations(t *testing.T, wrap func(*dhcptest.MemLeases) dhcp.Le
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
+}
+
+// gatedLeases binds asynchronously, but only completes an ACK once the
+// server is being stopped and the test opens the gate.
+type gatedLeases struct {
+	*dhcptest.MemLeases
+	gate chan struct{}
+}
+
+func (g gatedLeases) AckAsync(ctx context.Context, r dhcp.Request, done func(dhcp.Lease, error)) error {
+	go func() {
+		<-ctx.Done()
+		<-g.gate
+		done(g.Ack(context.Background(), r))
+	}()
+	return nil
+}
+
+// TestServerStopWaitsForAsyncAck: an asynchronous ACK still pending when the
+// server is told to stop is answered and counted before ServeConns returns.
+// The bubble makes the ordering certain: once every goroutine is blocked,
+// ServeConns must still be waiting on the pending ACK.
+func TestServerStopWaitsForAsyncAck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		leases := gatedLeases{dhcptest.New(subnets()...), make(chan struct{})}
+		reg := prometheus.NewPedanticRegistry()
+		srv, err := dhcp.New(dhcp.Config{Workers: 1}, leases, nil, bootCfg, nil, reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := newMemConn()
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- srv.ServeConns(ctx, []dhcp.Conn{{PC: conn, In: eth0}}) }()
+		req := request(t, mac1, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 100))))
+		conn.in <- req.ToBytes()
+		synctest.Wait() // the request is taken and waits on its commit
+		cancel()
+		synctest.Wait() // everything that can stop has stopped
+		select {
+		case err := <-done:
+			close(leases.gate) // let the completion end before the bubble does
+			synctest.Wait()
+			t.Fatalf("ServeConns returned (%v) with an ACK still pending", err)
+		default:
+		}
+		close(leases.gate)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-conn.out:
+			if got.msg.MessageType() != dhcpv4.MessageTypeAck || got.msg.TransactionID != req.TransactionID {
+				t.Errorf("sent %v (xid %v), want the ACK to %v", got.msg.MessageType(), got.msg.TransactionID, req.TransactionID)
+			}
+		default:
+			t.Fatal("the pending ACK was not sent before ServeConns returned")
+		}
+		if got := counter(t, reg, "rackd_dhcp_replies_total", "type", "request", "outcome", "ack"); got != 1 {
+			t.Errorf("rackd_dhcp_replies_total[request ack] = %v after stop, want 1", got)
+		}
+	})
 }
 
 // TestServerQueueFull: with the one worker stuck on a durable ACK, one
