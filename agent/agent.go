@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"rackd/images"
+	"rackd/internal/atomicfile"
 	"rackd/netboot/arp"
 	"rackd/netboot/dhcp"
 	"rackd/netboot/dns"
@@ -167,7 +168,7 @@ func (a *Agent) ensureAdmin() error {
 		return nil
 	}
 	token := store.NewToken()
-	if err := writeFileAtomic(path, []byte(token+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(token+"\n"), atomicfile.Options{Perm: 0o600}); err != nil {
 		return fmt.Errorf("write admin token: %w", err)
 	}
 	if _, _, err := a.store.CreateUser(context.Background(), store.System, "admin", true, token); err != nil {
@@ -175,40 +176,6 @@ func (a *Agent) ensureAdmin() error {
 	}
 	a.log.Info("created the admin user; its token is in the admin token file", "path", path)
 	return nil
-}
-
-// writeFileAtomic writes data to path through a synced temporary file and a
-// rename, so that path holds either the old content or the new, never half.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
 }
 
 // Serve answers the API on ln and runs the background loops until ctx is

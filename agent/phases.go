@@ -15,6 +15,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/enlist"
+	"rackd/internal/atomicfile"
 	"rackd/store"
 )
 
@@ -29,7 +30,9 @@ import (
 const CredentialKeyFile = "credential.key"
 
 // loadCredentialKey reads the key, creating it (32 random bytes, 0600) on
-// first start.
+// first start: whole, so that a crash cannot leave a short key that stops
+// the next start, and durably, so that the machines' credentials derived
+// from it survive a power cut.
 func loadCredentialKey(dir string) ([]byte, error) {
 	path := filepath.Join(dir, CredentialKeyFile)
 	b, err := os.ReadFile(path)
@@ -43,19 +46,12 @@ func loadCredentialKey(dir string) ([]byte, error) {
 	}
 	b = make([]byte, 32)
 	rand.Read(b)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	// NoReplace: if another rackd on this directory created a key in the
+	// meantime, it is the key, and this start fails rather than replace it.
+	if err := atomicfile.WriteFile(path, b, atomicfile.Options{Perm: 0o600, NoReplace: true}); err != nil {
 		return nil, fmt.Errorf("create credential key: %w", err)
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write credential key: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("sync credential key: %w", err)
-	}
-	return b, f.Close()
+	return b, nil
 }
 
 // phaseMetrics are the series of the commissioning, deploy and erase phases.

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+
+	"rackd/internal/atomicfile"
 )
 
 // Blob identifies a stored artefact.
@@ -196,19 +198,10 @@ func (s *Store) add(ctx context.Context, r io.Reader, wantSHA256 string, wantSiz
 	if pin {
 		s.pins[got]++
 	}
-	if err := syncDir(s.blob); err != nil {
-		return blob, true, fmt.Errorf("images: add: fsync dir: %w", err)
+	if err := atomicfile.SyncDir(s.blob); err != nil {
+		return blob, true, fmt.Errorf("images: add: %w", err)
 	}
 	return blob, true, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Open opens blob h read-only. The caller closes the file. It is an
@@ -265,7 +258,7 @@ func (s *Store) Remove(h string) error {
 		}
 		return fmt.Errorf("images: remove: %w", err)
 	}
-	return syncDir(s.blob)
+	return atomicfile.SyncDir(s.blob)
 }
 
 // List returns all blobs, sorted by digest. Stray files whose names are
@@ -316,7 +309,7 @@ func (s *Store) unpin(hs []string, removable map[string]bool) (removed []string,
 		removed = append(removed, h)
 	}
 	if len(removed) > 0 {
-		if err := syncDir(s.blob); err != nil {
+		if err := atomicfile.SyncDir(s.blob); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"rackd/agent/client"
+	"rackd/internal/atomicfile"
 )
 
 // writeBackup streams the server's database into file through file.tmp:
@@ -19,56 +20,30 @@ func writeBackup(ctx context.Context, c *client.Client, file string) (n int64, e
 	if fi, err := os.Stat(file); err == nil && fi.IsDir() {
 		return 0, fmt.Errorf("backup: %s is a directory; give a file name", file)
 	}
-	tmp := file + ".tmp"
-	// O_EXCL: a second backup to the same file at the same time must not
-	// write into our temporary file, nor we into its. 0600 because the
-	// database holds hashed tokens and BMC credentials.
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	// A fixed temporary name, created exclusively: a second backup to the
+	// same file at the same time must not write into our temporary file,
+	// nor we into its. 0600 because the database holds hashed tokens and
+	// BMC credentials.
+	tmp := filepath.Base(file) + ".tmp"
+	f, err := atomicfile.Create(file, atomicfile.Options{Perm: 0o600, TempName: tmp})
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return 0, fmt.Errorf("backup: %s exists: another backup may be running (remove it if not)", tmp)
+			return 0, fmt.Errorf("backup: %s exists: another backup may be running (remove it if not)", file+".tmp")
 		}
 		return 0, fmt.Errorf("backup: %w", err)
 	}
-	closed, renamed := false, false
 	defer func() {
-		if err == nil || renamed {
-			return
-		}
-		if !closed {
-			f.Close()
-		}
-		if rmErr := os.Remove(tmp); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
-			err = errors.Join(err, fmt.Errorf("removing %s: %w", tmp, rmErr))
+		if rmErr := f.Abort(); rmErr != nil {
+			err = errors.Join(err, fmt.Errorf("backup: %w", rmErr))
 		}
 	}()
-
 	if n, err = c.Backup(ctx, f); err != nil {
 		return 0, err
 	}
-	if err = f.Sync(); err != nil {
-		return 0, fmt.Errorf("backup: syncing %s: %w", tmp, err)
-	}
-	closed = true
-	if err = f.Close(); err != nil {
-		return 0, fmt.Errorf("backup: closing %s: %w", tmp, err)
-	}
-	if err = os.Rename(tmp, file); err != nil {
+	// A failure after the rename says that file is complete (ErrDirSync);
+	// nothing is removed then.
+	if err = f.Commit(); err != nil {
 		return 0, fmt.Errorf("backup: %w", err)
 	}
-	renamed = true
-	// From here on file is complete, so an error must not remove anything.
-	if dirErr := syncDir(filepath.Dir(file)); dirErr != nil {
-		return n, fmt.Errorf("backup: %s is complete, but syncing its directory failed (it may not survive a power cut): %w", file, dirErr)
-	}
 	return n, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
