@@ -296,23 +296,15 @@ func (a *Agent) sweep(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		a.log.Error("watchdog", "err", err)
 	}
-	for _, m := range expired {
-		from := store.StateCommissioning
-		switch m.State {
-		case store.StateFailedDeployment:
-			from = store.StateDeploying
-		case store.StateReady: // an erase that never reported
-			from = store.StateReleasing
-		}
-		phase := expiredPhase(m)
+	for _, e := range expired {
 		timeout := a.cfg.Lifecycle.CommissioningTimeout
-		if phase == store.PhaseDeploy {
+		if e.Phase == store.PhaseDeploy {
 			timeout = a.cfg.Lifecycle.DeployingTimeout
 		}
-		a.phases.failures.WithLabelValues(phase, "timeout").Inc()
-		a.phases.duration.WithLabelValues(phase, "failed").Observe(time.Duration(timeout).Seconds())
-		a.metrics.watchdogExpired.WithLabelValues(string(from)).Inc()
-		a.log.Warn("machine timed out", "machine", m.ID, "hostname", m.Hostname, "from", from, "to", m.State)
+		a.phases.failures.WithLabelValues(e.Phase, "timeout").Inc()
+		a.phases.duration.WithLabelValues(e.Phase, "failed").Observe(time.Duration(timeout).Seconds())
+		a.metrics.watchdogExpired.WithLabelValues(string(e.From)).Inc()
+		a.log.Warn("machine timed out", "machine", e.Machine.ID, "hostname", e.Machine.Hostname, "from", e.From, "to", e.Machine.State)
 	}
 	if n, err := a.store.ExpireAddresses(ctx); err != nil && ctx.Err() == nil {
 		a.log.Error("expire leases", "err", err)

@@ -91,19 +91,6 @@ func newPhaseMetrics(reg prometheus.Registerer) *phaseMetrics {
 	return m
 }
 
-// phaseOfState is the phase a state's environment runs.
-func phaseOfState(s store.State) string {
-	switch s {
-	case store.StateCommissioning:
-		return store.PhaseCommission
-	case store.StateDeploying:
-		return store.PhaseDeploy
-	case store.StateReleasing:
-		return store.PhaseErase
-	}
-	return ""
-}
-
 // observePhase records the end of a phase.
 func (a *Agent) observePhase(phase string, since time.Time, failed bool, reason string) {
 	pm := a.phases
@@ -234,15 +221,4 @@ func (a *Agent) phaseReport(w http.ResponseWriter, r *http.Request, phase string
 	a.log.Info("phase report", "phase", phase, "machine", m.ID, "hostname", m.Hostname, "state", m.State,
 		"outcome", outcome, "error", rep.Error, "source", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, ans)
-}
-
-// expiredPhase names the phase a machine failed by the watchdog was in.
-func expiredPhase(m store.Machine) string {
-	switch m.State {
-	case store.StateFailedCommissioning:
-		return store.PhaseCommission
-	case store.StateFailedDeployment:
-		return store.PhaseDeploy
-	}
-	return store.PhaseErase
 }

@@ -462,53 +462,81 @@ func withMachine(err error, m Machine) error {
 	return err
 }
 
+// Expiry is one machine the watchdog moved out of a phase that took too
+// long.
+type Expiry struct {
+	// Machine is the machine as the expiry left it.
+	Machine Machine
+	// From is the state it timed out in: COMMISSIONING, DEPLOYING, or
+	// RELEASING for an erase that never reported.
+	From State
+	// Phase is the phase that timed out (PhaseCommission, PhaseDeploy,
+	// PhaseErase).
+	Phase string
+}
+
 // Expire moves machines that have been COMMISSIONING or DEPLOYING for longer
 // than the given timeouts to FAILED_COMMISSIONING / FAILED_DEPLOYMENT, with
-// the reason in the event. A zero timeout disables that check.
-func (s *Store) Expire(ctx context.Context, commissioning, deploying time.Duration) ([]Machine, error) {
+// the reason in the event, and completes releases whose erase did not report
+// within the commissioning timeout. A zero timeout disables that check.
+func (s *Store) Expire(ctx context.Context, commissioning, deploying time.Duration) ([]Expiry, error) {
 	var (
-		expired []Machine
+		expired []Expiry
 		kicks   []string
 	)
 	defer func() { s.notifyPower(kicks) }()
 	err := s.update(ctx, func(t *Tx) error {
 		expired = expired[:0]
 		defer func() { kicks = t.powerKicks }()
-		var todo []TransitionRequest
+		var todo []Machine
 		err := t.tx.Bucket(bucketMachines).ForEach(func(k, v []byte) error {
 			var m Machine
 			if err := json.Unmarshal(v, &m); err != nil {
 				return fmt.Errorf("decode machine %s: %w", k, err)
 			}
-			age := t.now.Sub(m.StateSince)
-			switch {
-			case m.State == StateCommissioning && commissioning > 0 && age > commissioning:
-				todo = append(todo, TransitionRequest{Machine: m.ID, Action: ActionCommissioningFailed,
-					Reason: fmt.Sprintf("timeout: commissioning did not finish within %s", commissioning)})
-			case m.State == StateDeploying && deploying > 0 && age > deploying:
-				todo = append(todo, TransitionRequest{Machine: m.ID, Action: ActionDeploymentFailed,
-					Reason: fmt.Sprintf("timeout: deployment did not finish within %s", deploying)})
-			case m.State == StateReleasing && m.Erase && commissioning > 0 && age > commissioning:
-				// The erase environment never reported: the release
-				// completes, and the event says the disks were not erased.
-				todo = append(todo, TransitionRequest{Machine: m.ID, Action: ActionReleaseDone,
-					Reason: fmt.Sprintf("timeout: erase did not finish within %s; released without erasing", commissioning)})
+			if _, ok := expiry(m, t.now, commissioning, deploying); ok {
+				todo = append(todo, m)
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, req := range todo {
-			m, err := t.transition(Actor{Name: "rackd/watchdog", Admin: true}, req)
+		for _, m := range todo {
+			req, _ := expiry(m, t.now, commissioning, deploying)
+			done, err := t.transitionMachine(watchdogActor, m, req)
 			if err != nil {
 				return err
 			}
-			expired = append(expired, m)
+			expired = append(expired, Expiry{Machine: done, From: m.State, Phase: phaseOf(m)})
 		}
 		return nil
 	})
 	return expired, err
+}
+
+// watchdogActor is the actor of the watchdog's transitions in events.
+var watchdogActor = Actor{Name: "rackd/watchdog", Admin: true}
+
+// expiry is the watchdog's rule: the transition that ends m's phase when it
+// has lasted longer than its timeout at now, and false when m is not in a
+// phase or still has time.
+func expiry(m Machine, now time.Time, commissioning, deploying time.Duration) (TransitionRequest, bool) {
+	age := now.Sub(m.StateSince)
+	switch {
+	case m.State == StateCommissioning && commissioning > 0 && age > commissioning:
+		return TransitionRequest{Machine: m.ID, Action: ActionCommissioningFailed,
+			Reason: fmt.Sprintf("timeout: commissioning did not finish within %s", commissioning)}, true
+	case m.State == StateDeploying && deploying > 0 && age > deploying:
+		return TransitionRequest{Machine: m.ID, Action: ActionDeploymentFailed,
+			Reason: fmt.Sprintf("timeout: deployment did not finish within %s", deploying)}, true
+	case m.State == StateReleasing && m.Erase && commissioning > 0 && age > commissioning:
+		// The erase environment never reported: the release completes,
+		// and the event says the disks were not erased.
+		return TransitionRequest{Machine: m.ID, Action: ActionReleaseDone,
+			Reason: fmt.Sprintf("timeout: erase did not finish within %s; released without erasing", commissioning)}, true
+	}
+	return TransitionRequest{}, false
 }
 
 // eventKey orders a machine's events by sequence under its id.

@@ -620,8 +620,15 @@ func TestExpire(t *testing.T) {
 				t.Fatal(err)
 			}
 			gotStates := map[string]store.State{}
-			for _, m := range got {
-				gotStates[m.Hostname] = m.State
+			for _, e := range got {
+				gotStates[e.Machine.Hostname] = e.Machine.State
+				// The state it left and that state's phase come with it.
+				wantPhase := map[store.State]string{store.StateCommissioning: store.PhaseCommission,
+					store.StateDeploying: store.PhaseDeploy}[before[e.Machine.Hostname].State]
+				if e.From != before[e.Machine.Hostname].State || e.Phase != wantPhase {
+					t.Errorf("%s expired from %s (phase %q); want from %s (phase %q)",
+						e.Machine.Hostname, e.From, e.Phase, before[e.Machine.Hostname].State, wantPhase)
+				}
 			}
 			if len(gotStates) != len(tc.expired) || (len(tc.expired) > 0 && !reflect.DeepEqual(gotStates, tc.expired)) {
 				t.Errorf("expired %v, want %v", gotStates, tc.expired)

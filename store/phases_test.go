@@ -238,7 +238,8 @@ func TestEraseTimeout(t *testing.T) {
 	now = now.Add(2 * time.Hour)
 	mu.Unlock()
 	expired, err := s.Expire(context.Background(), time.Hour, 0)
-	if err != nil || len(expired) != 1 || expired[0].State != store.StateReady || expired[0].Credential != nil {
+	if err != nil || len(expired) != 1 || expired[0].Machine.State != store.StateReady || expired[0].Machine.Credential != nil ||
+		expired[0].From != store.StateReleasing || expired[0].Phase != store.PhaseErase {
 		t.Fatalf("%+v %v", expired, err)
 	}
 	if e := lastEvent(t, s, m.ID); !strings.Contains(e.Reason, "released without erasing") {
