@@ -326,21 +326,23 @@ func (a *Agent) sweep(ctx context.Context) {
 
 // releaser completes releases: RELEASING -> READY, once the power queue has
 // powered the machine off (the RELEASING policy queued that); a machine
-// without a power driver has nothing to wait for.
+// without a power driver has nothing to wait for. The store decides and
+// completes in one transaction (FinishRelease).
 func (a *Agent) releaser(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case id := <-a.releases:
-			if m, err := a.store.Machine(id); err == nil && m.State == store.StateReleasing && m.Erase {
-				continue // the erase environment's report (or the watchdog) completes it
-			}
-			if !a.releasePowered(ctx, id) {
-				continue // the power queue is still at it; it sends id again when done
-			}
-			m, err := a.store.CompleteRelease(ctx, id)
+			res, err := a.store.FinishRelease(ctx, id, func(driver string) bool { return a.powerDrivers[driver] != nil })
+			m := res.Machine
 			switch {
+			case err == nil && res.Wait == store.WaitPowerOff:
+				a.log.Warn("release waits for the machine to be powered off", "machine", m.ID, "hostname", m.Hostname,
+					"last_request", res.Power.LastRequest, "outcome", res.Power.LastOutcome, "observed", res.Power.Observed)
+			case err == nil && res.Wait != "":
+				// The erase's report (or the watchdog), or the power
+				// queue, which sends id again when done, moves it on.
 			case err == nil:
 				a.metrics.transitions.WithLabelValues(string(store.ActionReleaseDone)).Inc()
 				a.log.Info("machine released", "machine", m.ID, "hostname", m.Hostname)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -51,33 +50,6 @@ func (a *Agent) newPower(cfg Config) error {
 // FakePower is the fake driver's simulated BMCs (nil unless [power.fake]
 // enables them), for tests.
 func (a *Agent) FakePower() *powertest.Fake { return a.fakePower }
-
-// releasePowered reports whether a RELEASING machine may become READY: it
-// has no power driver rackd knows, or its power-off is done and nothing
-// else is queued for it.
-func (a *Agent) releasePowered(ctx context.Context, id string) bool {
-	m, err := a.store.Machine(id)
-	if err != nil || m.State != store.StateReleasing {
-		return true // let CompleteRelease say what is wrong
-	}
-	if a.powerDrivers[m.Power.Driver] == nil {
-		return true
-	}
-	open, err := a.store.OpenPowerRequests(m.ID)
-	if err != nil || len(open) > 0 {
-		return false
-	}
-	ps, err := a.store.MachinePower(m)
-	if err != nil {
-		return false
-	}
-	if ps.LastOutcome != store.PowerDone || ps.Observed == "on" {
-		a.log.Warn("release waits for the machine to be powered off", "machine", m.ID, "hostname", m.Hostname,
-			"last_request", ps.LastRequest, "outcome", ps.LastOutcome, "observed", ps.Observed)
-		return false
-	}
-	return true
-}
 
 // fillPower puts the machine's desired and observed power into its view.
 func (a *Agent) fillPower(v *api.Machine, m store.Machine) {

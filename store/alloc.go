@@ -211,3 +211,95 @@ func (s *Store) Release(ctx context.Context, actor Actor, idOrName, reason strin
 func (s *Store) CompleteRelease(ctx context.Context, id string) (Machine, error) {
 	return s.Transition(ctx, System, TransitionRequest{Machine: id, Action: ActionReleaseDone, Reason: "machine released"})
 }
+
+// ReleaseWait says why a release cannot complete yet ("" when it did).
+type ReleaseWait string
+
+// The reasons a release waits.
+const (
+	// WaitErase: the erase environment's report (or the watchdog)
+	// completes the release.
+	WaitErase ReleaseWait = "erase"
+	// WaitPowerQueue: a power request for the machine is pending or
+	// running; the queue sends the machine again when it is done.
+	WaitPowerQueue ReleaseWait = "power-queue"
+	// WaitPowerOff: the last power request did not end in done, or the
+	// machine was last seen on.
+	WaitPowerOff ReleaseWait = "power-off"
+)
+
+// ReleaseResult says what FinishRelease did.
+type ReleaseResult struct {
+	// Machine is the machine as it is now: READY when the release
+	// completed, RELEASING when it waits.
+	Machine Machine
+	// Wait is why the release waits; "" when it completed.
+	Wait ReleaseWait
+	// Power is the machine's power status as the decision saw it.
+	Power PowerStatus
+}
+
+// FinishRelease completes a release (RELEASING -> READY) once nothing
+// stands in its way, deciding and completing in one transaction so that no
+// power request can slip in between the look and the move: a release with
+// an erase waits for the erase's report; a machine with a power driver that
+// rackd drives (drives reports which) waits until it has no open power
+// request and its last one ended done with the machine not seen on. A
+// machine without such a driver has nothing to wait for. A machine that is
+// not RELEASING is refused with CodeInvalidTransition (the release was
+// completed already, or the machine moved on), one that does not exist with
+// CodeNotFound.
+func (s *Store) FinishRelease(ctx context.Context, id string, drives func(driver string) bool) (ReleaseResult, error) {
+	var (
+		res   ReleaseResult
+		kicks []string
+	)
+	err := s.update(ctx, func(t *Tx) error {
+		res = ReleaseResult{}
+		t.powerKicks = nil
+		defer func() { kicks = t.powerKicks }()
+		m, err := t.machine(id)
+		if err != nil {
+			return err
+		}
+		res.Machine = m
+		if m.State == StateReleasing {
+			if res.Wait, res.Power, err = t.releaseWait(m, drives); err != nil || res.Wait != "" {
+				return err
+			}
+		}
+		res.Machine, err = t.transitionMachine(System, m, TransitionRequest{Machine: m.ID, Action: ActionReleaseDone, Reason: "machine released"})
+		return err
+	})
+	if err != nil {
+		return ReleaseResult{}, err
+	}
+	s.notifyPower(kicks)
+	return res, nil
+}
+
+// releaseWait is the rule of FinishRelease for a RELEASING machine: why it
+// must wait, "" when it may be READY now.
+func (t *Tx) releaseWait(m Machine, drives func(driver string) bool) (ReleaseWait, PowerStatus, error) {
+	if m.Erase {
+		return WaitErase, PowerStatus{}, nil
+	}
+	if m.Power.Driver == "" || drives == nil || !drives(m.Power.Driver) {
+		return "", PowerStatus{}, nil
+	}
+	open, err := t.openPower(m.ID)
+	if err != nil {
+		return "", PowerStatus{}, err
+	}
+	ps, err := t.powerStatus(m)
+	if err != nil {
+		return "", PowerStatus{}, err
+	}
+	switch {
+	case len(open) > 0:
+		return WaitPowerQueue, ps, nil
+	case ps.LastOutcome != PowerDone || ps.Observed == "on":
+		return WaitPowerOff, ps, nil
+	}
+	return "", ps, nil
+}
