@@ -66,6 +66,7 @@ type Agent struct {
 	dns      *dns.Server
 	tftp     *tftp.Server
 	bootTree *files.Tree
+	bootBase *bootBase
 	bootHTTP http.Handler
 	dhcp     *dhcp.Server
 	arp      *arp.Set
@@ -191,6 +192,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	a.bootBase.serving(ln.Addr())
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

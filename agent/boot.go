@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"rackd/netboot/bootconf"
 	"rackd/netboot/files"
@@ -39,11 +41,79 @@ func (b bootSource) Machine(ctx context.Context, mac string) (bootconf.MachineIn
 
 type baseKey struct{}
 
-// bootRenderer renders configs for files.Overlay. The HTTP base the configs
-// point at comes from the request (HTTP) or the configuration (TFTP).
+// bootBase finds the HTTP base URL a rendered config sends its loader to
+// (kernels, initrds, rackd.url): it must be an address the machine reaches.
+type bootBase struct {
+	// fixed is dhcp.http_url: when set, every TFTP-served config uses it.
+	fixed string
+	// listen is the HTTP listener's address: the configured one until
+	// Serve has the real listener (whose port may have been 0).
+	listen atomic.Pointer[string]
+}
+
+func newBootBase(cfg Config) *bootBase {
+	b := &bootBase{fixed: cfg.DHCP.HTTPURL}
+	b.listen.Store(&cfg.Listen)
+	return b
+}
+
+// serving records the address the HTTP server listens on.
+func (b *bootBase) serving(addr net.Addr) {
+	s := addr.String()
+	b.listen.Store(&s)
+}
+
+// forRequest is the base for one request. An HTTP request carries the Host
+// the client reached rackd by (serveBoot puts it in ctx), which wins. Then
+// dhcp.http_url, when set. Otherwise the base is derived from the address
+// the request arrived at (files.LocalAddr: for TFTP, the address the client
+// sent its request to), as the DHCP server derives it from the receiving
+// interface: see httpBaseFor.
+func (b *bootBase) forRequest(ctx context.Context) string {
+	if h, ok := ctx.Value(baseKey{}).(string); ok && h != "" {
+		return h
+	}
+	if b.fixed != "" {
+		return b.fixed
+	}
+	local, _ := files.LocalAddr(ctx)
+	return httpBaseFor(*b.listen.Load(), local)
+}
+
+// httpBaseFor is the HTTP base URL for a client that reached rackd at
+// local, when HTTP listens on listen (host:port): that address when HTTP
+// listens on one address only (nothing else would answer), and
+// http://<local>:<port> when it listens on every address ("0.0.0.0:5240",
+// ":5240"), on loopback only (the client is then told an address where
+// nothing listens, which rackd warns about at start; a loopback client
+// gets loopback), or on a name that is not an address. It returns "" when
+// neither gives an address; Render then fails saying the base is not set.
+func httpBaseFor(listen string, local netip.Addr) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return ""
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
+		ip = ip.Unmap()
+		if !ip.IsLoopback() || !local.IsValid() || local.IsLoopback() {
+			return "http://" + net.JoinHostPort(ip.WithZone("").String(), port)
+		}
+	} else if err != nil && host != "" && host != "localhost" {
+		return "http://" + listen
+	}
+	if !local.IsValid() || local.IsUnspecified() {
+		return ""
+	}
+	// A zone (fe80::1%eth0) means nothing to the client, and a URL would
+	// need it escaped.
+	return "http://" + net.JoinHostPort(local.Unmap().WithZone("").String(), port)
+}
+
+// bootRenderer renders configs for files.Overlay, pointing them at the
+// base bootBase finds for each request.
 type bootRenderer struct {
 	src  bootconf.Source
-	base string // used when the request carries none
+	base *bootBase
 	// force answers some per-MAC requests with the default config
 	// (boot.default_first; nil: never).
 	force *defaultFirst
@@ -66,15 +136,11 @@ func (r bootRenderer) Render(ctx context.Context, name string) ([]byte, bool, er
 	case err != nil:
 		return nil, false, &files.Error{Name: name, Kind: files.ErrRefused, Reason: err.Error()}
 	}
-	base := r.base
-	if b, ok := ctx.Value(baseKey{}).(string); ok && b != "" {
-		base = b
-	}
 	src := r.src
 	if r.force.take(req.MAC) {
 		src = unknownMachines{src}
 	}
-	out, err := bootconf.Render(ctx, src, req, bootconf.Bases{HTTP: base})
+	out, err := bootconf.Render(ctx, src, req, bootconf.Bases{HTTP: r.base.forRequest(ctx)})
 	if err != nil {
 		return nil, false, err
 	}
@@ -93,15 +159,8 @@ func (a *Agent) newBootFiles(cfg Config) (files.Source, error) {
 		return nil, err
 	}
 	a.bootTree = tree
-	base := cfg.DHCP.HTTPURL
-	if base == "" && cfg.TFTP.Listen != "" {
-		if host, _, err := net.SplitHostPort(cfg.TFTP.Listen); err == nil && host != "" && host != "0.0.0.0" {
-			if _, port, err := net.SplitHostPort(cfg.Listen); err == nil {
-				base = "http://" + net.JoinHostPort(host, port)
-			}
-		}
-	}
-	return files.NewOverlay(bootRenderer{src: bootSource{a.store}, base: base, force: newDefaultFirst(cfg.Boot.DefaultFirst)}, blobSource{blobs: a.images, loaders: &a.bootloaders, next: tree}), nil
+	a.bootBase = newBootBase(cfg)
+	return files.NewOverlay(bootRenderer{src: bootSource{a.store}, base: a.bootBase, force: newDefaultFirst(cfg.Boot.DefaultFirst)}, blobSource{blobs: a.images, loaders: &a.bootloaders, next: tree}), nil
 }
 
 // newTFTP builds the TFTP server when tftp.listen is set.
@@ -116,7 +175,15 @@ func (a *Agent) newTFTP(cfg Config, src files.Source) (*tftp.Server, error) {
 // serveBoot is the HTTP boot route: the configs it renders point at the
 // address the client used to reach rackd.
 func (a *Agent) serveBoot(w http.ResponseWriter, r *http.Request, _ store.Actor) {
-	ctx := context.WithValue(r.Context(), baseKey{}, "http://"+r.Host)
+	ctx := r.Context()
+	if r.Host != "" {
+		ctx = context.WithValue(ctx, baseKey{}, "http://"+r.Host)
+	} else if la, ok := ctx.Value(http.LocalAddrContextKey).(net.Addr); ok {
+		// HTTP/1.0 without Host: the address the connection came to.
+		if ap, err := netip.ParseAddrPort(la.String()); err == nil {
+			ctx = files.WithLocalAddr(ctx, ap.Addr())
+		}
+	}
 	a.bootHTTP.ServeHTTP(w, r.WithContext(ctx))
 }
 

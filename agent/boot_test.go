@@ -3,6 +3,7 @@ package agent
 import (
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,5 +139,39 @@ func TestDeployedBootsLocalAtOnce(t *testing.T) {
 	}
 	if got := fetch(); strings.Contains(got, kernelURL) || !strings.Contains(got, "exit") {
 		t.Fatalf("DEPLOYED config still loads the image:\n%s", got)
+	}
+}
+
+// TestHTTPBaseFor: the HTTP base of a config served without a Host header
+// (over TFTP) follows the address the request arrived at whenever HTTP
+// listens on more than one address, and is the listen address when HTTP
+// listens on one.
+func TestHTTPBaseFor(t *testing.T) {
+	v4 := netip.MustParseAddr("10.0.0.1")
+	tests := []struct {
+		listen string
+		local  netip.Addr
+		want   string
+	}{
+		{"0.0.0.0:5240", v4, "http://10.0.0.1:5240"},
+		{"[::]:5240", v4, "http://10.0.0.1:5240"},
+		{":5240", v4, "http://10.0.0.1:5240"},
+		{"0.0.0.0:5240", netip.MustParseAddr("::ffff:10.0.0.1"), "http://10.0.0.1:5240"},
+		{"0.0.0.0:5240", netip.MustParseAddr("fd00::1"), "http://[fd00::1]:5240"},
+		{"0.0.0.0:5240", netip.MustParseAddr("fe80::1%eth0"), "http://[fe80::1]:5240"},
+		{"0.0.0.0:5240", netip.Addr{}, ""},
+		{"10.0.0.2:5240", v4, "http://10.0.0.2:5240"}, // the one address HTTP answers on
+		{"10.0.0.2:5240", netip.Addr{}, "http://10.0.0.2:5240"},
+		{"127.0.0.1:5240", netip.MustParseAddr("127.0.0.1"), "http://127.0.0.1:5240"},
+		{"127.0.0.1:5240", netip.Addr{}, "http://127.0.0.1:5240"},
+		{"127.0.0.1:5240", v4, "http://10.0.0.1:5240"}, // unreachable either way: warned about at start
+		{"localhost:5240", v4, "http://10.0.0.1:5240"},
+		{"rackd.example:5240", v4, "http://rackd.example:5240"},
+		{"garbage", v4, ""},
+	}
+	for _, tt := range tests {
+		if got := httpBaseFor(tt.listen, tt.local); got != tt.want {
+			t.Errorf("httpBaseFor(%q, %v) = %q, want %q", tt.listen, tt.local, got, tt.want)
+		}
 	}
 }

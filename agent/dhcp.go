@@ -40,6 +40,12 @@ func (a *Agent) newDHCP(cfg Config) (*dhcp.Server, error) {
 	if _, p, err := net.SplitHostPort(cfg.Listen); err == nil {
 		boot.HTTPPort, _ = strconv.Atoi(p)
 	}
+	// HTTP on one address only (not every address, not loopback): that is
+	// the one address that answers, whichever interface DHCP heard on.
+	if ap, err := netip.ParseAddrPort(cfg.Listen); err == nil && boot.HTTPBase == "" &&
+		!ap.Addr().IsUnspecified() && !ap.Addr().IsLoopback() {
+		boot.HTTPBase = "http://" + ap.String()
+	}
 	srv, err := dhcp.New(dhcp.Config{Interfaces: cfg.DHCP.Interfaces, Addrs: addrs, Port: port,
 		Workers: cfg.DHCP.Workers, QueueSize: cfg.DHCP.Queue},
 		dhcpLeases{a.store}, prober, boot, a.log.With("service", "dhcp"), a.metrics.reg)

@@ -401,6 +401,13 @@ func (s *Server) begin(ctx context.Context, req request, client netip.AddrPort, 
 		return nil
 	}
 	octx, cancel := context.WithTimeout(ctx, s.cfg.OpenTimeout)
+	// The transfer socket's own address is the one the client asked
+	// (dial binds it), or the system's choice towards the client: either
+	// way one the client reaches, which a rendered config can point back
+	// at.
+	if la, ok := t.conn.LocalAddr().(*net.UDPAddr); ok {
+		octx = files.WithLocalAddr(octx, la.AddrPort().Addr())
+	}
 	f, err := s.src.Open(octx, req.filename)
 	cancel()
 	if err != nil {
