@@ -279,3 +279,25 @@ func TestServeTwice(t *testing.T) {
 		t.Errorf("second Serve: %v", err)
 	}
 }
+
+// addrRenderer renders, for every name, the server address its context
+// carries (files.LocalAddr).
+type addrRenderer struct{}
+
+func (addrRenderer) Render(ctx context.Context, name string) ([]byte, bool, error) {
+	a, ok := files.LocalAddr(ctx)
+	if !ok {
+		return []byte("none"), true, nil
+	}
+	return []byte(a.String()), true, nil
+}
+
+// TestLocalAddr: the Source is told which of the server's addresses the
+// request reached, for configs that point the client back at it.
+func TestLocalAddr(t *testing.T) {
+	ts := startServer(t, Config{}, files.NewOverlay(addrRenderer{}, nil))
+	got, _, err := libClient(t, ts, "pxelinux.cfg/default", 0)
+	if err != nil || string(got) != ts.host {
+		t.Fatalf("config rendered for %q (%v), want the server address %s", got, err, ts.host)
+	}
+}
