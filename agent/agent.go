@@ -247,6 +247,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	g.Go(func() error { a.watchdog(gctx); return nil })
 	g.Go(func() error { a.releaser(gctx); return nil })
 	g.Go(func() error { return a.power.Run(gctx) })
+	a.warnBootReach(ln.Addr())
 	a.log.Info("rackd serving", "url", "http://"+ln.Addr().String(), "version", Version,
 		"state_dir", a.cfg.StateDir, "admin_token", a.AdminTokenPath())
 	err := g.Wait()

@@ -166,3 +166,38 @@ func TestE2EBootTFTPAnyAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestServeWarnsUnreachableBoot: rackd serve with DHCP on and HTTP and TFTP
+// out of the machines' reach (the defaults: loopback, TFTP off) says so on
+// its output, with the fix, before it announces that it serves.
+func TestServeWarnsUnreachableBoot(t *testing.T) {
+	// A relay-only DHCP socket on loopback is enough to turn DHCP on.
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dhcpAddr := pc.LocalAddr().String()
+	pc.Close()
+	path := filepath.Join(t.TempDir(), "rackd.toml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf("[dhcp]\nlisten = [%q]\n", dhcpAddr)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, t.TempDir(), "--config", path)
+	out := d.stderr.String()
+	var warned []string
+	for _, line := range strings.Split(out, "\n") {
+		var l struct{ Level, Msg string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Level == "WARN" {
+			warned = append(warned, l.Msg)
+		}
+	}
+	want := []string{"HTTP (boot files, kernels, /metadata/ for the enlistment environment) listens on loopback only", `Fix: listen = "0.0.0.0:`,
+		"TFTP is off", `Fix: [tftp] listen = "0.0.0.0:69"`}
+	all := strings.Join(warned, "\n")
+	for _, w := range want {
+		if !strings.Contains(all, w) {
+			t.Errorf("rackd serve did not warn %q; its output:\n%s", w, out)
+		}
+	}
+	d.stop(t)
+}
