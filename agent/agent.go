@@ -203,7 +203,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	g.Go(func() error {
 		<-gctx.Done()
 		// Imports are cancelled, not waited for: they roll back.
-		a.imports.stop()
+		a.imports.Stop()
 		sctx, cancel := context.WithTimeout(context.Background(), time.Duration(a.cfg.API.ShutdownTimeout))
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
@@ -268,7 +268,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 // Close releases the store (and probers) of an agent that never served.
 func (a *Agent) Close() error {
 	a.closePower()
-	a.imports.stop()
+	a.imports.Stop()
 	if a.arp != nil {
 		a.arp.Close()
 	}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +22,7 @@ import (
 // store's registry says which images exist. Boot configs name kernels and
 // initrds images/<sha256>, which the boot file tree serves from the blobs,
 // and the files of bootloader images are served under their own names.
-// Imports run as jobs (importJobs) whose progress the API reports.
+// Imports run as jobs (images.Jobs) whose progress the API reports.
 
 // imagePrefix is the boot file name prefix of blobs.
 const imagePrefix = "images/"
@@ -78,32 +77,34 @@ func (a *Agent) importImage(w http.ResponseWriter, r *http.Request, who store.Ac
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
 		return
 	}
-	j, err := a.imports.start(src, who, a.runImport)
+	j, err := a.imports.Start(src, who.Name, func(ctx context.Context, j *importJob, src images.Source) (api.Image, error) {
+		return a.runImport(ctx, j, src, who)
+	})
 	if err != nil {
 		src.Close()
 		writeError(w, http.StatusTooManyRequests, api.CodeUnavailable, err.Error())
 		return
 	}
 	if req.Background {
-		w.Header().Set("Location", "/api/v1/images/imports/"+j.id)
-		writeJSON(w, http.StatusAccepted, j.view())
+		w.Header().Set("Location", "/api/v1/images/imports/"+j.ID())
+		writeJSON(w, http.StatusAccepted, importView(j.Status()))
 		return
 	}
 	select {
-	case <-j.done:
+	case <-j.Done():
 	case <-r.Context().Done():
-		j.cancel(errClientGone)
-		<-j.done
+		j.Cancel(errClientGone)
+		<-j.Done()
 		return
 	}
-	v := j.view()
+	st := j.Status()
 	switch {
-	case v.State == api.ImportDone:
-		writeJSON(w, http.StatusCreated, *v.Image)
-	case store.CodeOf(j.err) != "":
-		a.storeError(w, r, j.err)
+	case st.State == images.JobDone:
+		writeJSON(w, http.StatusCreated, *st.Result)
+	case store.CodeOf(st.Err) != "":
+		a.storeError(w, r, st.Err)
 	default:
-		writeError(w, http.StatusBadRequest, api.CodeBadRequest, v.Error)
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, st.Err.Error())
 	}
 }
 
@@ -119,7 +120,7 @@ func (a *Agent) runImport(ctx context.Context, j *importJob, src images.Source, 
 		InUse: a.store.ImageBlobInUse,
 		// Refuse before downloading what no boot config could carry.
 		Check:    func(m *images.Manifest) error { return bootconf.CheckArgs(m.Args()) },
-		Progress: j.progress,
+		Progress: j.Progress,
 	})
 	if err != nil {
 		return api.Image{}, err
@@ -150,34 +151,39 @@ func (a *Agent) runImport(ctx context.Context, j *importJob, src images.Source, 
 }
 
 func (a *Agent) listImports(w http.ResponseWriter, r *http.Request, _ store.Actor) {
-	writeJSON(w, http.StatusOK, a.imports.list())
+	jobs := a.imports.List()
+	out := make([]api.ImportJob, len(jobs))
+	for i, st := range jobs {
+		out[i] = importView(st)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *Agent) getImport(w http.ResponseWriter, r *http.Request, _ store.Actor) {
-	j := a.imports.get(r.PathValue("id"))
+	j := a.imports.Get(r.PathValue("id"))
 	if j == nil {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no import %q (jobs are kept in memory until rackd restarts)", r.PathValue("id")))
 		return
 	}
-	writeJSON(w, http.StatusOK, j.view())
+	writeJSON(w, http.StatusOK, importView(j.Status()))
 }
 
 // cancelImport cancels a running import; it answers once the import has
 // stopped and removed what it had written. Cancelling a finished import
 // changes nothing and returns it as it is.
 func (a *Agent) cancelImport(w http.ResponseWriter, r *http.Request, who store.Actor) {
-	j := a.imports.get(r.PathValue("id"))
+	j := a.imports.Get(r.PathValue("id"))
 	if j == nil {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no import %q", r.PathValue("id")))
 		return
 	}
-	j.cancel(fmt.Errorf("cancelled by %s", who.Name))
+	j.Cancel(fmt.Errorf("cancelled by %s", who.Name))
 	select {
-	case <-j.done:
+	case <-j.Done():
 	case <-r.Context().Done():
 		return
 	}
-	writeJSON(w, http.StatusOK, j.view())
+	writeJSON(w, http.StatusOK, importView(j.Status()))
 }
 
 func (a *Agent) deleteImage(w http.ResponseWriter, r *http.Request, who store.Actor) {
@@ -247,16 +253,12 @@ func bootloaderTable(ims []store.Image) map[string]string {
 	return t
 }
 
-// importJobs are the import jobs of this rackd: running, and the last
-// keepImports finished ones.
-type importJobs struct {
-	mu     sync.Mutex
-	jobs   map[string]*importJob
-	order  []string // ids, oldest first
-	next   int
-	wg     sync.WaitGroup
-	closed bool
-}
+// importJobs are the import jobs of this rackd, and importJob one of them;
+// a job's result is the image as the API shows it.
+type (
+	importJobs = images.Jobs[api.Image]
+	importJob  = images.Job[api.Image]
+)
 
 const (
 	// maxRunningImports bounds concurrent imports: each holds a file open
@@ -266,136 +268,17 @@ const (
 	keepImports = 32
 )
 
-type importJob struct {
-	id     string
-	source string
-	by     string
-	start  time.Time
-	cancel context.CancelCauseFunc
-	done   chan struct{}
-
-	mu       sync.Mutex
-	p        images.Progress
-	state    string
-	finished time.Time
-	err      error
-	image    *api.Image
+func newImportJobs() *importJobs {
+	return images.NewJobs[api.Image](maxRunningImports, keepImports)
 }
 
-func newImportJobs() *importJobs { return &importJobs{jobs: map[string]*importJob{}} }
-
-// start runs work in a new job. The job owns src and closes it.
-func (js *importJobs) start(src images.Source, who store.Actor, work func(context.Context, *importJob, images.Source, store.Actor) (api.Image, error)) (*importJob, error) {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	if js.closed {
-		return nil, errors.New("rackd is shutting down")
-	}
-	running := 0
-	for _, j := range js.jobs {
-		if j.view().State == api.ImportRunning {
-			running++
-		}
-	}
-	if running >= maxRunningImports {
-		return nil, fmt.Errorf("%d imports are running already; wait for one to finish", running)
-	}
-	js.next++
-	ctx, cancel := context.WithCancelCause(context.Background())
-	j := &importJob{id: fmt.Sprintf("i-%d", js.next), source: src.String(), by: who.Name, start: time.Now().UTC(),
-		cancel: cancel, done: make(chan struct{}), state: api.ImportRunning}
-	js.jobs[j.id] = j
-	js.order = append(js.order, j.id)
-	js.evict()
-	js.wg.Add(1)
-	go func() {
-		defer js.wg.Done()
-		defer close(j.done)
-		defer cancel(nil)
-		defer src.Close()
-		im, err := work(ctx, j, src, who)
-		j.finish(ctx, im, err)
-	}()
-	return j, nil
-}
-
-// evict forgets the oldest finished jobs beyond keepImports.
-func (js *importJobs) evict() {
-	for len(js.order) > keepImports {
-		evicted := false
-		for i, id := range js.order {
-			if js.jobs[id].view().State != api.ImportRunning {
-				delete(js.jobs, id)
-				js.order = append(js.order[:i], js.order[i+1:]...)
-				evicted = true
-				break
-			}
-		}
-		if !evicted {
-			return
-		}
-	}
-}
-
-func (js *importJobs) get(id string) *importJob {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	return js.jobs[id]
-}
-
-func (js *importJobs) list() []api.ImportJob {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	out := make([]api.ImportJob, 0, len(js.order))
-	for _, id := range js.order {
-		out = append(out, js.jobs[id].view())
-	}
-	return out
-}
-
-// stop cancels the running jobs and waits for them: they must be done
-// with the store before it closes.
-func (js *importJobs) stop() {
-	js.mu.Lock()
-	js.closed = true
-	for _, j := range js.jobs {
-		j.cancel(errors.New("rackd is shutting down"))
-	}
-	js.mu.Unlock()
-	js.wg.Wait()
-}
-
-func (j *importJob) progress(p images.Progress) {
-	j.mu.Lock()
-	j.p = p
-	j.mu.Unlock()
-}
-
-func (j *importJob) finish(ctx context.Context, im api.Image, err error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.finished = time.Now().UTC()
-	switch {
-	case err == nil:
-		j.state, j.image = api.ImportDone, &im
-	case ctx.Err() != nil:
-		j.state, j.err = api.ImportCancelled, err
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
-			j.err = fmt.Errorf("%w: %w", cause, err)
-		}
-	default:
-		j.state, j.err = api.ImportFailed, err
-	}
-}
-
-func (j *importJob) view() api.ImportJob {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	v := api.ImportJob{ID: j.id, Source: j.source, State: j.state, File: j.p.Path,
-		BytesDone: j.p.Done, BytesTotal: j.p.Total, FilesDone: j.p.FilesDone, Files: j.p.Files,
-		By: j.by, Started: j.start, Finished: j.finished, Image: j.image}
-	if j.err != nil {
-		v.Error = j.err.Error()
+// importView is a job as the API shows it.
+func importView(st images.JobStatus[api.Image]) api.ImportJob {
+	v := api.ImportJob{ID: st.ID, Source: st.Source, State: string(st.State), File: st.Progress.Path,
+		BytesDone: st.Progress.Done, BytesTotal: st.Progress.Total, FilesDone: st.Progress.FilesDone, Files: st.Progress.Files,
+		By: st.By, Started: st.Started, Finished: st.Finished, Image: st.Result}
+	if st.Err != nil {
+		v.Error = st.Err.Error()
 	}
 	return v
 }

@@ -15,6 +15,9 @@
 // a stalled server or a cancelled context all leave the store as it was.
 // ImportDir is Import of a directory.
 //
+// Jobs runs imports in the background as jobs with ids, a bounded number
+// at once, whose progress and outcome can be read while they run and after.
+//
 // # The manifest: rackd-image.json
 //
 // An image is a directory (or the same layout under a URL) holding
