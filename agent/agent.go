@@ -27,7 +27,6 @@ import (
 	"rackd/netboot/files"
 	"rackd/netboot/tftp"
 	"rackd/power"
-	"rackd/power/powertest"
 	"rackd/power/queue"
 	"rackd/store"
 )
@@ -58,7 +57,7 @@ type Agent struct {
 	// driver when [power.fake] enables it.
 	power        *queue.Queue
 	powerDrivers map[string]power.Driver
-	fakePower    *powertest.Fake
+	fakePower    power.Driver
 	powerClose   []func() error
 	// prober checks addresses before they are first handed out; nil when no
 	// DHCP interface is configured.

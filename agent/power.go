@@ -8,7 +8,6 @@ import (
 
 	"rackd/agent/api"
 	"rackd/power"
-	"rackd/power/powertest"
 	"rackd/power/queue"
 	"rackd/store"
 )
@@ -21,16 +20,16 @@ func (a *Agent) newPower(cfg Config) error {
 		return err
 	}
 	if f := cfg.Power.Fake; f.Enabled {
-		fake := powertest.NewFake()
-		if f.Log != "" {
-			var err error
-			if fake, err = powertest.OpenFake(f.Log); err != nil {
-				return err
-			}
+		if FakePowerDriver == nil {
+			return fmt.Errorf("power.fake.enabled: this rackd has no fake power driver (it is test code: " +
+				"only test binaries and a rackd built with -tags rackd_fakepower have it)")
 		}
-		fake.SetLatency(time.Duration(f.Latency))
+		fake, closeFake, err := FakePowerDriver(time.Duration(f.Latency), f.Log)
+		if err != nil {
+			return fmt.Errorf("power.fake: %w", err)
+		}
 		a.fakePower = fake
-		a.powerClose = append(a.powerClose, fake.Close)
+		a.powerClose = append(a.powerClose, closeFake)
 		a.powerDrivers["fake"] = fake
 		a.log.Warn("power: the fake driver is enabled: machines with driver \"fake\" have simulated BMCs")
 	}
@@ -47,9 +46,16 @@ func (a *Agent) newPower(cfg Config) error {
 	return nil
 }
 
-// FakePower is the fake driver's simulated BMCs (nil unless [power.fake]
-// enables them), for tests.
-func (a *Agent) FakePower() *powertest.Fake { return a.fakePower }
+// FakePowerDriver builds the driver behind [power.fake] (simulated BMCs,
+// with latency per command and, when log is set, a log of every command
+// that took effect). It is nil in the shipped binary, which does not link
+// the test driver: agent's tests set it from a test file, and so does the
+// rackd binary built with -tags rackd_fakepower for the tests that run it.
+var FakePowerDriver func(latency time.Duration, log string) (drv power.Driver, closeFn func() error, err error)
+
+// FakePower is the fake driver (nil unless [power.fake] enables it), for
+// tests.
+func (a *Agent) FakePower() power.Driver { return a.fakePower }
 
 // fillPower puts the machine's desired and observed power into its view.
 func (a *Agent) fillPower(v *api.Machine, m store.Machine) {
@@ -58,14 +64,7 @@ func (a *Agent) fillPower(v *api.Machine, m store.Machine) {
 		a.log.Warn("read machine power", "machine", m.ID, "err", err)
 		return
 	}
-	v.Power.Desired, v.Power.Observed = orUnknown(ps.Desired), orUnknown(ps.Observed)
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "unknown"
-	}
-	return s
+	v.Power.Desired, v.Power.Observed = ps.Desired.String(), ps.Observed.String()
 }
 
 func powerRequestView(r store.PowerRequest) api.PowerRequest {
@@ -129,8 +128,8 @@ func (a *Agent) machinePower(w http.ResponseWriter, r *http.Request, _ store.Act
 		a.internalError(w, r, err)
 		return
 	}
-	v := api.MachinePower{Machine: m.ID, Driver: m.Power.Driver, Desired: orUnknown(ps.Desired),
-		Observed: orUnknown(ps.Observed), ObservedAt: ps.ObservedAt, Policy: string(ps.Mode), Drift: ps.Drift,
+	v := api.MachinePower{Machine: m.ID, Driver: m.Power.Driver, Desired: ps.Desired.String(),
+		Observed: ps.Observed.String(), ObservedAt: ps.ObservedAt, Policy: string(ps.Mode), Drift: ps.Drift,
 		Pending: []api.PowerRequest{}}
 	for _, o := range open {
 		v.Pending = append(v.Pending, powerRequestView(o))

@@ -55,7 +55,7 @@ func TestPowerAPI(t *testing.T) {
 	if got := waitPower(t, ta, r.ID); got.State != "done" || got.Finished.IsZero() {
 		t.Errorf("on: %+v", got)
 	}
-	if s := ta.FakePower().State(powertest.Key(power.Target{Address: "bmc1", Username: "n1"})); s != power.StateOn {
+	if s := ta.FakePower().(*powertest.Fake).State(powertest.Key(power.Target{Address: "bmc1", Username: "n1"})); s != power.StateOn {
 		t.Errorf("the simulated machine is %v", s)
 	}
 	var mp api.MachinePower

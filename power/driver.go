@@ -39,6 +39,31 @@ func ParseState(s string) (State, error) {
 	return StateUnknown, fmt.Errorf("power state %q: want on, off or unknown", s)
 }
 
+// MarshalText writes the state as String does, so that stored records and
+// API answers say on, off or unknown.
+func (s State) MarshalText() ([]byte, error) {
+	switch s {
+	case StateUnknown, StateOn, StateOff:
+		return []byte(s.String()), nil
+	}
+	return nil, fmt.Errorf("power state %d: not on, off or unknown", int(s))
+}
+
+// UnmarshalText parses what MarshalText wrote; "" is unknown (a record
+// written before anything was seen or asked).
+func (s *State) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*s = StateUnknown
+		return nil
+	}
+	v, err := ParseState(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
 // BootDevice is where the machine boots next.
 type BootDevice int
 

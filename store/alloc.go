@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"rackd/power"
 )
 
 // Constraints select a machine for allocate-by-constraints. Empty fields
@@ -298,7 +300,7 @@ func (t *Tx) releaseWait(m Machine, drives func(driver string) bool) (ReleaseWai
 	switch {
 	case len(open) > 0:
 		return WaitPowerQueue, ps, nil
-	case ps.LastOutcome != PowerDone || ps.Observed == "on":
+	case ps.LastOutcome != PowerDone || ps.Observed == power.StateOn:
 		return WaitPowerOff, ps, nil
 	}
 	return "", ps, nil

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"rackd/power"
 )
 
 // Phase credentials: the commissioning, deployment and erase
@@ -358,7 +360,7 @@ func (t *Tx) cycleIntoPXE(m Machine, who, what, why string) error {
 	if err != nil {
 		return err
 	}
-	ps.Desired, ps.Mode = "on", ModeEnforce
+	ps.Desired, ps.Mode = power.StateOn, ModeEnforce
 	if err := t.put(bucketPowerState, []byte(m.ID), ps); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"rackd/power"
 	"rackd/store"
 	"rackd/store/storetest"
 )
@@ -197,7 +198,7 @@ func TestEraseRelease(t *testing.T) {
 		t.Fatalf("erase release: %+v", m)
 	}
 	ps, err := s.MachinePower(m)
-	if err != nil || ps.Desired != "on" {
+	if err != nil || ps.Desired != power.StateOn {
 		t.Fatalf("erase wants the machine on: %+v %v", ps, err)
 	}
 	res, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseErase, Token: s.PhaseToken(m), Detail: "vda"})
@@ -205,7 +206,7 @@ func TestEraseRelease(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 	ps, _ = s.MachinePower(res.Machine)
-	if ps.Desired != "off" {
+	if ps.Desired != power.StateOff {
 		t.Fatalf("READY after erase: desired %q", ps.Desired)
 	}
 	// A plain release has no erase phase.

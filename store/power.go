@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"rackd/power"
 )
 
 // Power requests and each machine's desired and observed power
@@ -43,15 +45,26 @@ func (a PowerAction) Valid() bool {
 }
 
 // Final is the power a machine should have once a done request of this
-// action is through ("" for a query, which changes nothing).
-func (a PowerAction) Final() string {
+// action is through (unknown for a query, which changes nothing).
+func (a PowerAction) Final() power.State {
 	switch a {
 	case PowerOn, PowerCycle:
-		return "on"
+		return power.StateOn
 	case PowerOff:
-		return "off"
+		return power.StateOff
 	}
-	return ""
+	return power.StateUnknown
+}
+
+// actionTo is the action that brings a machine to power s (on or off).
+func actionTo(s power.State) (PowerAction, error) {
+	switch s {
+	case power.StateOn:
+		return PowerOn, nil
+	case power.StateOff:
+		return PowerOff, nil
+	}
+	return "", fmt.Errorf("store: no power action leads to %s", s)
 }
 
 // PowerRequestState is where a power request is in its life.
@@ -109,10 +122,10 @@ const (
 
 // PowerStatus is a machine's desired and observed power.
 type PowerStatus struct {
-	Desired    string    `json:"desired,omitempty"` // on, off, or "" (nothing asked)
-	Mode       PowerMode `json:"mode"`
-	Observed   string    `json:"observed"` // on, off or unknown
-	ObservedAt time.Time `json:"observed_at,omitzero"`
+	Desired    power.State `json:"desired,omitempty"` // on, off, or unknown (nothing asked)
+	Mode       PowerMode   `json:"mode"`
+	Observed   power.State `json:"observed"`
+	ObservedAt time.Time   `json:"observed_at,omitzero"`
 	// Drift is set while a machine under expect has been seen away from its
 	// desired power (reported once, in an event).
 	Drift bool `json:"drift,omitempty"`
@@ -123,8 +136,8 @@ type PowerStatus struct {
 
 // PowerPolicy is what a lifecycle state asks of a machine's power.
 type PowerPolicy struct {
-	// Desired is on or off; "" leaves the desired power as it is.
-	Desired string
+	// Desired is on or off; unknown leaves the desired power as it is.
+	Desired power.State
 	Mode    PowerMode
 	// NextBoot ("pxe") is set before the machine is powered on.
 	NextBoot string
@@ -141,11 +154,11 @@ type PowerPolicy struct {
 func PowerPolicyFor(s State) PowerPolicy {
 	switch s {
 	case StateNew, StateReady, StateAllocated, StateReleasing:
-		return PowerPolicy{Desired: "off", Mode: ModeEnforce}
+		return PowerPolicy{Desired: power.StateOff, Mode: ModeEnforce}
 	case StateCommissioning, StateDeploying:
-		return PowerPolicy{Desired: "on", Mode: ModeEnforce, NextBoot: "pxe"}
+		return PowerPolicy{Desired: power.StateOn, Mode: ModeEnforce, NextBoot: "pxe"}
 	case StateFailedCommissioning, StateFailedDeployment, StateBroken, StateRetired:
-		return PowerPolicy{Desired: "off", Mode: ModeExpect, Once: true}
+		return PowerPolicy{Desired: power.StateOff, Mode: ModeExpect, Once: true}
 	case StateDeployed:
 		return PowerPolicy{Mode: ModeNone}
 	}
@@ -211,7 +224,7 @@ func (t *Tx) powerStatus(m Machine) (PowerStatus, error) {
 		return ps, err
 	}
 	p := PowerPolicyFor(m.State)
-	return PowerStatus{Desired: p.Desired, Mode: p.Mode, Observed: "unknown"}, nil
+	return PowerStatus{Desired: p.Desired, Mode: p.Mode, Observed: power.StateUnknown}, nil
 }
 
 // enqueuePower writes a new pending request and tells the queue.
@@ -244,7 +257,7 @@ func (t *Tx) applyPowerPolicy(m Machine, from State, who, why string) error {
 	}
 	ps := old
 	ps.Mode = p.Mode
-	if p.Desired != "" {
+	if p.Desired != power.StateUnknown {
 		ps.Desired = p.Desired
 	}
 	if ps.Mode != ModeExpect {
@@ -264,7 +277,11 @@ func (t *Tx) applyPowerPolicy(m Machine, from State, who, why string) error {
 	} else {
 		why = "policy of " + string(m.State) + ": " + why
 	}
-	_, err = t.enqueuePower(m, PowerAction(p.Desired), p.NextBoot, who, why)
+	action, err := actionTo(p.Desired)
+	if err != nil {
+		return err
+	}
+	_, err = t.enqueuePower(m, action, p.NextBoot, who, why)
 	return err
 }
 
@@ -309,7 +326,7 @@ func (s *Store) RequestPower(ctx context.Context, actor Actor, machine string, a
 		if m.Power.Driver == "" {
 			return errorf(CodeInvalid, "machine %s has no power driver: set its power parameters first", m.Hostname)
 		}
-		if final := action.Final(); final != "" {
+		if final := action.Final(); final != power.StateUnknown {
 			ps, err := t.powerStatus(m)
 			if err != nil {
 				return err
@@ -471,8 +488,8 @@ func (s *Store) PowerProgress(ctx context.Context, id string, attempts int, phas
 
 // FinishPower writes a running request's fate: done or failed (with the
 // BMC's error, which also goes into the machine's history) after attempts
-// tries. observed, when not "", is the power the queue saw last.
-func (s *Store) FinishPower(ctx context.Context, id string, state PowerRequestState, attempts int, errText, observed string) (PowerRequest, error) {
+// tries. observed, when not unknown, is the power the queue saw last.
+func (s *Store) FinishPower(ctx context.Context, id string, state PowerRequestState, attempts int, errText string, observed power.State) (PowerRequest, error) {
 	if state != PowerDone && state != PowerFailed {
 		return PowerRequest{}, fmt.Errorf("store: FinishPower with state %q", state)
 	}
@@ -505,7 +522,7 @@ func (s *Store) FinishPower(ctx context.Context, id string, state PowerRequestSt
 			return err
 		}
 		ps.LastRequest, ps.LastOutcome = r.ID, state
-		if observed != "" {
+		if observed != power.StateUnknown {
 			ps.Observed, ps.ObservedAt = observed, t.now
 		}
 		if err := t.put(bucketPowerState, []byte(m.ID), ps); err != nil {
@@ -533,7 +550,7 @@ type Observation struct {
 // ObservePower records a machine's power as polled and acts on drift: under
 // enforce it queues a correction (when nothing is queued already), under
 // expect it writes an event the first time the drift is seen.
-func (s *Store) ObservePower(ctx context.Context, machine, observed string) (Observation, error) {
+func (s *Store) ObservePower(ctx context.Context, machine string, observed power.State) (Observation, error) {
 	var (
 		o     Observation
 		kicks []string
@@ -550,7 +567,7 @@ func (s *Store) ObservePower(ctx context.Context, machine, observed string) (Obs
 			return err
 		}
 		ps.Observed, ps.ObservedAt = observed, t.now
-		drifted := observed != "unknown" && ps.Desired != "" && observed != ps.Desired
+		drifted := observed != power.StateUnknown && ps.Desired != power.StateUnknown && observed != ps.Desired
 		switch {
 		case !drifted:
 			ps.Drift = false
@@ -566,7 +583,11 @@ func (s *Store) ObservePower(ctx context.Context, machine, observed string) (Obs
 				return err
 			}
 			if len(open) == 0 {
-				r, err := t.enqueuePower(m, PowerAction(ps.Desired), "", "rackd/enforce",
+				action, err := actionTo(ps.Desired)
+				if err != nil {
+					return err
+				}
+				r, err := t.enqueuePower(m, action, "", "rackd/enforce",
 					fmt.Sprintf("drift: power is %s, desired %s (%s)", observed, ps.Desired, m.State))
 				if err != nil {
 					return err
@@ -608,7 +629,7 @@ func PowerStatusFor(all map[string]PowerStatus, m Machine) PowerStatus {
 		return ps
 	}
 	p := PowerPolicyFor(m.State)
-	return PowerStatus{Desired: p.Desired, Mode: p.Mode, Observed: "unknown"}
+	return PowerStatus{Desired: p.Desired, Mode: p.Mode, Observed: power.StateUnknown}
 }
 
 // checkPower verifies the power buckets: every request belongs to a machine

@@ -6,22 +6,24 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"rackd/power"
 )
 
 // TestPowerPolicyTable pins the policy of every lifecycle state.
 func TestPowerPolicyTable(t *testing.T) {
 	want := map[State]PowerPolicy{
-		StateNew:                 {Desired: "off", Mode: ModeEnforce},
-		StateCommissioning:       {Desired: "on", Mode: ModeEnforce, NextBoot: "pxe"},
-		StateFailedCommissioning: {Desired: "off", Mode: ModeExpect, Once: true},
-		StateReady:               {Desired: "off", Mode: ModeEnforce},
-		StateAllocated:           {Desired: "off", Mode: ModeEnforce},
-		StateDeploying:           {Desired: "on", Mode: ModeEnforce, NextBoot: "pxe"},
+		StateNew:                 {Desired: power.StateOff, Mode: ModeEnforce},
+		StateCommissioning:       {Desired: power.StateOn, Mode: ModeEnforce, NextBoot: "pxe"},
+		StateFailedCommissioning: {Desired: power.StateOff, Mode: ModeExpect, Once: true},
+		StateReady:               {Desired: power.StateOff, Mode: ModeEnforce},
+		StateAllocated:           {Desired: power.StateOff, Mode: ModeEnforce},
+		StateDeploying:           {Desired: power.StateOn, Mode: ModeEnforce, NextBoot: "pxe"},
 		StateDeployed:            {Mode: ModeNone},
-		StateFailedDeployment:    {Desired: "off", Mode: ModeExpect, Once: true},
-		StateReleasing:           {Desired: "off", Mode: ModeEnforce},
-		StateBroken:              {Desired: "off", Mode: ModeExpect, Once: true},
-		StateRetired:             {Desired: "off", Mode: ModeExpect, Once: true},
+		StateFailedDeployment:    {Desired: power.StateOff, Mode: ModeExpect, Once: true},
+		StateReleasing:           {Desired: power.StateOff, Mode: ModeEnforce},
+		StateBroken:              {Desired: power.StateOff, Mode: ModeExpect, Once: true},
+		StateRetired:             {Desired: power.StateOff, Mode: ModeExpect, Once: true},
 	}
 	for _, s := range States {
 		w, ok := want[s]
@@ -36,7 +38,7 @@ func TestPowerPolicyTable(t *testing.T) {
 	if len(want) != len(States) {
 		t.Errorf("the table has %d states, the lifecycle %d", len(want), len(States))
 	}
-	if got := PowerPolicyFor("NOT_A_STATE"); got.Mode != ModeNone || got.Desired != "" {
+	if got := PowerPolicyFor("NOT_A_STATE"); got.Mode != ModeNone || got.Desired != power.StateUnknown {
 		t.Errorf("unknown state: %+v, want mode none", got)
 	}
 }
@@ -79,7 +81,7 @@ func TestPowerRequestLifecycle(t *testing.T) {
 	if r1.State != PowerPending || r1.ID == r2.ID || r1.Who != "admin" {
 		t.Errorf("r1 %+v", r1)
 	}
-	if ps, _ := s.PowerStatusOf("n1"); ps.Desired != "on" || ps.Mode != ModeEnforce {
+	if ps, _ := s.PowerStatusOf("n1"); ps.Desired != power.StateOn || ps.Mode != ModeEnforce {
 		t.Errorf("desired after on: %+v", ps)
 	}
 	open, _ := s.OpenPowerRequests(m.ID)
@@ -100,10 +102,10 @@ func TestPowerRequestLifecycle(t *testing.T) {
 	if err := s.PowerProgress(ctx, r3.ID, 2, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.FinishPower(ctx, r3.ID, PowerFailed, 2, "bmc timeout", ""); err != nil {
+	if _, err := s.FinishPower(ctx, r3.ID, PowerFailed, 2, "bmc timeout", power.StateUnknown); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.FinishPower(ctx, r3.ID, PowerDone, 2, "", ""); CodeOf(err) != CodeConflict {
+	if _, err := s.FinishPower(ctx, r3.ID, PowerDone, 2, "", power.StateUnknown); CodeOf(err) != CodeConflict {
 		t.Errorf("finishing twice: %v", err)
 	}
 	if open, _ := s.OpenPowerRequests(m.ID); len(open) != 0 {
@@ -166,7 +168,7 @@ func TestPowerPolicyOnTransitions(t *testing.T) {
 	if r := last(); r != nil {
 		t.Errorf("DEPLOYED queued %+v", r)
 	}
-	if ps, _ := s.PowerStatusOf("n1"); ps.Mode != ModeNone || ps.Desired != "on" {
+	if ps, _ := s.PowerStatusOf("n1"); ps.Mode != ModeNone || ps.Desired != power.StateOn {
 		t.Errorf("DEPLOYED power %+v", ps)
 	}
 	s.Transition(ctx, testAdmin, TransitionRequest{Machine: "n1", Action: ActionMarkBroken})
@@ -174,11 +176,11 @@ func TestPowerPolicyOnTransitions(t *testing.T) {
 		t.Errorf("BROKEN queued %+v, want off once", r)
 	}
 	// Under expect, drift is reported once and never corrected.
-	o, err := s.ObservePower(ctx, "n1", "on")
+	o, err := s.ObservePower(ctx, "n1", power.StateOn)
 	if err != nil || !o.Drift || o.Correction != nil {
 		t.Errorf("drift under expect: %+v, %v", o, err)
 	}
-	if o, _ := s.ObservePower(ctx, "n1", "on"); o.Drift {
+	if o, _ := s.ObservePower(ctx, "n1", power.StateOn); o.Drift {
 		t.Error("drift reported twice")
 	}
 	if r := last(); r != nil {
@@ -187,11 +189,11 @@ func TestPowerPolicyOnTransitions(t *testing.T) {
 	// Under enforce (READY after mark-fixed), drift is corrected.
 	s.Transition(ctx, testAdmin, TransitionRequest{Machine: "n1", Action: ActionMarkFixed})
 	last()
-	o, err = s.ObservePower(ctx, "n1", "on")
+	o, err = s.ObservePower(ctx, "n1", power.StateOn)
 	if err != nil || o.Correction == nil || o.Correction.Action != PowerOff || o.Correction.Who != "rackd/enforce" {
 		t.Errorf("drift under enforce: %+v, %v", o, err)
 	}
-	if o, _ := s.ObservePower(ctx, "n1", "on"); o.Correction != nil {
+	if o, _ := s.ObservePower(ctx, "n1", power.StateOn); o.Correction != nil {
 		t.Error("a second correction while the first is open")
 	}
 }

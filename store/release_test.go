@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"testing"
+
+	"rackd/power"
 )
 
 // releasing creates a DEPLOYED machine with power driver driver ("" for
@@ -26,7 +28,7 @@ func releasing(t *testing.T, s *Store, hostname string, i int, driver string, er
 
 // runPower runs the machine's open requests to the end: each is started and
 // finished with state and observed.
-func runPower(t *testing.T, s *Store, m Machine, state PowerRequestState, observed string) {
+func runPower(t *testing.T, s *Store, m Machine, state PowerRequestState, observed power.State) {
 	t.Helper()
 	ctx := context.Background()
 	open, err := s.OpenPowerRequests(m.ID)
@@ -68,22 +70,22 @@ func TestFinishRelease(t *testing.T) {
 				}
 			}},
 		"off done": {driver: "fake", drives: drivesFake,
-			setup: func(t *testing.T, s *Store, m Machine) { runPower(t, s, m, PowerDone, "off") }},
+			setup: func(t *testing.T, s *Store, m Machine) { runPower(t, s, m, PowerDone, power.StateOff) }},
 		"off done, power not observed": {driver: "fake", drives: drivesFake,
-			setup: func(t *testing.T, s *Store, m Machine) { runPower(t, s, m, PowerDone, "") }},
+			setup: func(t *testing.T, s *Store, m Machine) { runPower(t, s, m, PowerDone, power.StateUnknown) }},
 		"off failed": {driver: "fake", drives: drivesFake, want: WaitPowerOff,
-			setup: func(t *testing.T, s *Store, m Machine) { runPower(t, s, m, PowerFailed, "") }},
+			setup: func(t *testing.T, s *Store, m Machine) { runPower(t, s, m, PowerFailed, power.StateUnknown) }},
 		"off done but seen on since": {driver: "fake", drives: drivesFake, want: WaitPowerOff,
 			setup: func(t *testing.T, s *Store, m Machine) {
-				runPower(t, s, m, PowerDone, "off")
+				runPower(t, s, m, PowerDone, power.StateOff)
 				// A poll sees it on again: enforcement queues an off.
-				if _, err := s.ObservePower(context.Background(), m.ID, "on"); err != nil {
+				if _, err := s.ObservePower(context.Background(), m.ID, power.StateOn); err != nil {
 					t.Fatal(err)
 				}
-				runPower(t, s, m, PowerDone, "on")
+				runPower(t, s, m, PowerDone, power.StateOn)
 			}},
 		"erase": {driver: "fake", erase: true, drives: drivesFake, want: WaitErase,
-			setup: func(t *testing.T, s *Store, m Machine) { runPower(t, s, m, PowerDone, "off") }},
+			setup: func(t *testing.T, s *Store, m Machine) { runPower(t, s, m, PowerDone, power.StateOff) }},
 		"erase without a driver": {erase: true, drives: drivesFake, want: WaitErase},
 		"completed already": {drives: drivesFake, code: CodeInvalidTransition,
 			setup: func(t *testing.T, s *Store, m Machine) {
@@ -164,7 +166,7 @@ func TestFinishReleaseRacesPowerRequest(t *testing.T) {
 			s := openTest(t, Options{}, true)
 			ctx := context.Background()
 			m := releasing(t, s, "r1", 1, "fake", false)
-			runPower(t, s, m, PowerDone, "off")
+			runPower(t, s, m, PowerDone, power.StateOff)
 
 			// Both operations queue behind a parked committer, in a
 			// known order, and then share one batch.

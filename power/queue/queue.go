@@ -118,7 +118,7 @@ func (c Config) withDefaults() Config {
 
 // Queue runs power requests. Create it with New, start it with Run.
 type Queue struct {
-	st      *store.Store
+	st      Store
 	drivers map[string]power.Driver
 	cfg     Config
 	log     *slog.Logger
@@ -143,7 +143,7 @@ type worker struct {
 
 // New returns a queue over st driving machines through drivers (by the
 // driver name in each machine's power parameters). m may be nil.
-func New(st *store.Store, drivers map[string]power.Driver, cfg Config, log *slog.Logger, m *Metrics) *Queue {
+func New(st Store, drivers map[string]power.Driver, cfg Config, log *slog.Logger, m *Metrics) *Queue {
 	cfg = cfg.withDefaults()
 	if m == nil {
 		m = NewMetrics(nil)
@@ -370,7 +370,7 @@ func coalesce(open []store.PowerRequest) (winner store.PowerRequest, fold []stri
 			continue
 		}
 		fold = append(fold, r.ID)
-		if nextBoot == "" && i > lastOff && r.NextBoot != "" && r.Action.Final() == final && final != "" {
+		if nextBoot == "" && i > lastOff && r.NextBoot != "" && r.Action.Final() == final && final != power.StateUnknown {
 			nextBoot = r.NextBoot
 		}
 	}
@@ -462,14 +462,11 @@ func (q *Queue) driverNames() string {
 }
 
 func (q *Queue) finish(ctx context.Context, j *job, err error) {
-	state, text, observed := store.PowerDone, "", ""
-	if j.observed != power.StateUnknown {
-		observed = j.observed.String()
-	}
+	state, text := store.PowerDone, ""
 	if err != nil {
 		state, text = store.PowerFailed, err.Error()
 	}
-	r, ferr := q.st.FinishPower(context.WithoutCancel(ctx), j.r.ID, state, j.r.Attempts, text, observed)
+	r, ferr := q.st.FinishPower(context.WithoutCancel(ctx), j.r.ID, state, j.r.Attempts, text, j.observed)
 	if ferr != nil {
 		q.log.Error("power queue: finish", "request", j.r.ID, "err", ferr)
 		return
@@ -503,7 +500,7 @@ func (j *job) newerWants() bool {
 		if seq <= mySeq || o.Action == store.PowerQuery {
 			continue
 		}
-		if f := o.Action.Final(); f != final && final != "" {
+		if f := o.Action.Final(); f != final && final != power.StateUnknown {
 			j.newer = o.ID
 			return true
 		}
@@ -546,7 +543,7 @@ func (j *job) run(ctx context.Context, nextBoot string, resumed bool) error {
 	final := r.Action.Final()
 	if resumed && (r.Action == store.PowerOn || r.Action == store.PowerOff) {
 		// Interrupted by a restart: it may have worked already.
-		if s, err := j.cmdStatus(ctx); err == nil && s.String() == final {
+		if s, err := j.cmdStatus(ctx); err == nil && s == final {
 			return nil
 		}
 	}
@@ -651,7 +648,7 @@ func (j *job) cycle(ctx context.Context, nextBoot string) error {
 			j.q.log.Warn("power cycle: no clean answer; verifying instead of sending it again", "request", j.r.ID, "machine", j.m.Hostname, "err", err)
 		}
 	}
-	err := j.verify(ctx, "on")
+	err := j.verify(ctx, power.StateOn)
 	if err == nil || errors.Is(err, errNewer) || ctx.Err() != nil {
 		return err
 	}
@@ -664,7 +661,7 @@ func (j *job) cycle(ctx context.Context, nextBoot string) error {
 	if oerr := j.cmd(ctx, "on", func(c context.Context) error { return j.drv.PowerOn(c, j.target) }); oerr != nil {
 		return fmt.Errorf("power cycle: %v; then power on: %w", err, oerr)
 	}
-	return j.verify(ctx, "on")
+	return j.verify(ctx, power.StateOn)
 }
 
 // notSent reports errors that mean the command cannot have been executed:
@@ -676,13 +673,13 @@ func notSent(err error) bool {
 // verify polls the status until it reads want or the verify deadline passes.
 // A driver that cannot read the status (manual: StateUnknown or
 // ErrUnsupported) is taken at its word.
-func (j *job) verify(ctx context.Context, want string) error {
+func (j *job) verify(ctx context.Context, want power.State) error {
 	deadline := time.Now().Add(j.q.cfg.VerifyDeadline)
 	var lastErr error
 	for {
 		s, err := j.cmdStatus(ctx)
 		switch {
-		case err == nil && s.String() == want:
+		case err == nil && s == want:
 			return nil
 		case errors.Is(err, power.ErrUnsupported), err == nil && s == power.StateUnknown:
 			// The driver cannot read the power (manual): nothing to wait for.
@@ -744,7 +741,7 @@ func (q *Queue) poll(ctx context.Context, w *worker) {
 		}
 		return
 	}
-	o, err := q.st.ObservePower(ctx, m.ID, s.String())
+	o, err := q.st.ObservePower(ctx, m.ID, s)
 	if err != nil {
 		if ctx.Err() == nil {
 			q.log.Error("power queue: record observed power", "machine", m.Hostname, "err", err)

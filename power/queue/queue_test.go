@@ -142,14 +142,14 @@ func TestOnOffCycleQuery(t *testing.T) {
 			t.Errorf("%s: fake is %v, want %v", tc.action, s, tc.want)
 		}
 		ps, _ := h.st.PowerStatusOf(id)
-		if ps.Observed != tc.want.String() || ps.LastRequest != r.ID {
+		if ps.Observed != tc.want || ps.LastRequest != r.ID {
 			t.Errorf("%s: power status %+v", tc.action, ps)
 		}
 	}
 	if n := h.fake.Count(key, powertest.CmdCycle); n != 1 {
 		t.Errorf("%d cycles sent, want 1", n)
 	}
-	if ps, _ := h.st.PowerStatusOf(id); ps.Desired != "on" {
+	if ps, _ := h.st.PowerStatusOf(id); ps.Desired != power.StateOn {
 		t.Errorf("desired %q after cycle, want on", ps.Desired)
 	}
 	if tg := h.fake.LastTarget(key); tg.Address != "bmc1" || tg.Username != "n1" || tg.Driver != "fake" {
@@ -571,7 +571,7 @@ func TestPollEnforceAndExpect(t *testing.T) {
 	if h.fake.State(brokenKey) != power.StateOn || h.fake.Count(brokenKey, powertest.CmdOff) != 1 {
 		t.Errorf("expect corrected the drift")
 	}
-	if ps, _ := h.st.PowerStatusOf(ready); ps.Observed != "off" {
+	if ps, _ := h.st.PowerStatusOf(ready); ps.Observed != power.StateOff {
 		t.Errorf("ready observed %q", ps.Observed)
 	}
 	h.waitFor("a correction counted", func() bool { return testutil.ToFloat64(h.q.m.drift.WithLabelValues("corrected")) >= 1 })
