@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"rackd/internal/netnstest"
@@ -73,104 +74,115 @@ func (l *fakeLink) probesFor(ip netip.Addr) int {
 	return l.probes[ip]
 }
 
-func TestProberAnswers(t *testing.T) {
-	squat := netip.MustParseAddr("10.0.0.5")
-	free := netip.MustParseAddr("10.0.0.6")
-	link := newFakeLink(map[netip.Addr]net.HardwareAddr{squat: theirMAC}, time.Millisecond)
-	p := newProber(link, ourMAC, Config{Timeout: 100 * time.Millisecond, Probes: 2})
-	defer p.Close()
-	ctx := context.Background()
+// The fake link's tests run in a synctest bubble: its answers come after
+// their delay and probes time out on the bubble's clock, which moves only
+// when every goroutine waits, so a loaded machine cannot make an answer
+// late.
 
-	mac, inUse, err := p.Probe(ctx, squat)
-	if err != nil || !inUse || mac.String() != theirMAC.String() {
-		t.Fatalf("squatted: %v %v %v", mac, inUse, err)
-	}
-	start := time.Now()
-	mac, inUse, err = p.Probe(ctx, free)
-	if err != nil || inUse || mac != nil {
-		t.Fatalf("free: %v %v %v", mac, inUse, err)
-	}
-	if d := time.Since(start); d < 100*time.Millisecond || d > 2*time.Second {
-		t.Fatalf("free address answered after %v, want the 100ms timeout", d)
-	}
-	if n := link.probesFor(free); n != 2 {
-		t.Fatalf("%d probes sent for a free address, want 2", n)
-	}
+func TestProberAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		squat := netip.MustParseAddr("10.0.0.5")
+		free := netip.MustParseAddr("10.0.0.6")
+		link := newFakeLink(map[netip.Addr]net.HardwareAddr{squat: theirMAC}, time.Millisecond)
+		p := newProber(link, ourMAC, Config{Timeout: 100 * time.Millisecond, Probes: 2})
+		defer p.Close()
+		ctx := context.Background()
+
+		mac, inUse, err := p.Probe(ctx, squat)
+		if err != nil || !inUse || mac.String() != theirMAC.String() {
+			t.Fatalf("squatted: %v %v %v", mac, inUse, err)
+		}
+		start := time.Now()
+		mac, inUse, err = p.Probe(ctx, free)
+		if err != nil || inUse || mac != nil {
+			t.Fatalf("free: %v %v %v", mac, inUse, err)
+		}
+		if d := time.Since(start); d != 100*time.Millisecond {
+			t.Fatalf("free address answered after %v, want the 100ms timeout", d)
+		}
+		if n := link.probesFor(free); n != 2 {
+			t.Fatalf("%d probes sent for a free address, want 2", n)
+		}
+	})
 }
 
 // TestProberConcurrent runs many probes at once on one socket: each gets
 // its own answer, whatever order answers arrive in.
 func TestProberConcurrent(t *testing.T) {
-	hosts := map[netip.Addr]net.HardwareAddr{}
-	for i := 1; i <= 100; i += 3 {
-		hosts[netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})] = net.HardwareAddr{2, 0, 0, 0, 1, byte(i)}
-	}
-	link := newFakeLink(hosts, 5*time.Millisecond)
-	p := newProber(link, ourMAC, Config{Timeout: 150 * time.Millisecond})
-	defer p.Close()
+	synctest.Test(t, func(t *testing.T) {
+		hosts := map[netip.Addr]net.HardwareAddr{}
+		for i := 1; i <= 100; i += 3 {
+			hosts[netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})] = net.HardwareAddr{2, 0, 0, 0, 1, byte(i)}
+		}
+		link := newFakeLink(hosts, 5*time.Millisecond)
+		p := newProber(link, ourMAC, Config{Timeout: 150 * time.Millisecond})
+		defer p.Close()
 
-	var wg sync.WaitGroup
-	errs := make(chan error, 200)
-	for i := 1; i <= 200; i++ {
-		ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(i % 120)})
-		wg.Go(func() {
-			mac, inUse, err := p.Probe(context.Background(), ip)
-			want, squatted := hosts[ip]
-			switch {
-			case err != nil:
-				errs <- err
-			case inUse != squatted:
-				errs <- fmt.Errorf("%v: in use %v, want %v", ip, inUse, squatted)
-			case squatted && mac.String() != want.String():
-				errs <- fmt.Errorf("%v: answered by %v, want %v", ip, mac, want)
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.waiters) != 0 {
-		t.Fatalf("%d waiters left behind", len(p.waiters))
-	}
+		var wg sync.WaitGroup
+		errs := make(chan error, 200)
+		for i := 1; i <= 200; i++ {
+			ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(i % 120)})
+			wg.Go(func() {
+				mac, inUse, err := p.Probe(context.Background(), ip)
+				want, squatted := hosts[ip]
+				switch {
+				case err != nil:
+					errs <- err
+				case inUse != squatted:
+					errs <- fmt.Errorf("%v: in use %v, want %v", ip, inUse, squatted)
+				case squatted && mac.String() != want.String():
+					errs <- fmt.Errorf("%v: answered by %v, want %v", ip, mac, want)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(p.waiters) != 0 {
+			t.Fatalf("%d waiters left behind", len(p.waiters))
+		}
+	})
 }
 
 func TestProberContextAndClose(t *testing.T) {
-	link := newFakeLink(nil, 0)
-	p := newProber(link, ourMAC, Config{Timeout: 10 * time.Second})
+	synctest.Test(t, func(t *testing.T) {
+		link := newFakeLink(nil, 0)
+		p := newProber(link, ourMAC, Config{Timeout: 10 * time.Second})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if _, _, err := p.Probe(ctx, netip.MustParseAddr("10.0.0.9")); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want deadline exceeded", err)
-	}
-
-	errc := make(chan error, 1)
-	go func() {
-		_, _, err := p.Probe(context.Background(), netip.MustParseAddr("10.0.0.9"))
-		errc <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-errc:
-		if !errors.Is(err, ErrClosed) {
-			t.Fatalf("err = %v, want ErrClosed", err)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if _, _, err := p.Probe(ctx, netip.MustParseAddr("10.0.0.9")); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want deadline exceeded", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Probe did not return after Close")
-	}
-	if _, _, err := p.Probe(context.Background(), netip.MustParseAddr("10.0.0.9")); !errors.Is(err, ErrClosed) {
-		t.Fatalf("after Close: err = %v, want ErrClosed", err)
-	}
-	if _, _, err := p.Probe(context.Background(), netip.MustParseAddr("fd00::1")); err == nil {
-		t.Fatal("IPv6 probe accepted")
-	}
+
+		errc := make(chan error, 1)
+		go func() {
+			_, _, err := p.Probe(context.Background(), netip.MustParseAddr("10.0.0.9"))
+			errc <- err
+		}()
+		synctest.Wait() // the probe waits for an answer
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-errc:
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("err = %v, want ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Probe did not return after Close")
+		}
+		if _, _, err := p.Probe(context.Background(), netip.MustParseAddr("10.0.0.9")); !errors.Is(err, ErrClosed) {
+			t.Fatalf("after Close: err = %v, want ErrClosed", err)
+		}
+		if _, _, err := p.Probe(context.Background(), netip.MustParseAddr("fd00::1")); err == nil {
+			t.Fatal("IPv6 probe accepted")
+		}
+	})
 }
 
 // TestProberNetns probes across a real veth pair: the squatter namespace
