@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -218,7 +219,13 @@ func TestPeersQueued(t *testing.T) {
 	const clients, slots = 60, 8
 	fx := newFixture(t)
 	blob := fx.add(t, "images/initrd", 1<<20+3) // bigger than SmallFileSize: takes a slot
-	ts := startServer(t, Config{MaxTransfers: slots}, bootSource(t, fx, nil))
+	// A request waits for a slot as long as its client waits for the
+	// file (curl's --max-time below): the default QueueTimeout, 10 s, made
+	// this a test of how fast the machine moves 60 MiB through 8 slots,
+	// and a loaded one answered the last clients busy. QueueTimeout itself
+	// is tested in server_test.go.
+	const clientWait = 100 * time.Second
+	ts := startServer(t, Config{MaxTransfers: slots, QueueTimeout: clientWait}, bootSource(t, fx, nil))
 	dir := t.TempDir()
 	curl := curlPath(t)
 
@@ -228,7 +235,7 @@ func TestPeersQueued(t *testing.T) {
 	for i := range clients {
 		wg.Go(func() {
 			out := filepath.Join(dir, fmt.Sprintf("c%d", i))
-			msg, err := peer(t, 120*time.Second, curl, "-sS", "--max-time", "100", "--tftp-blksize", "1468",
+			msg, err := peer(t, clientWait+20*time.Second, curl, "-sS", "--max-time", strconv.Itoa(int(clientWait.Seconds())), "--tftp-blksize", "1468",
 				"-o", out, "tftp://"+ts.host+":"+ts.port+"/images/initrd")
 			got, _ := os.ReadFile(out)
 			if !bytes.Equal(got, blob) {
