@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -172,6 +173,32 @@ func TestHTTPBaseFor(t *testing.T) {
 	for _, tt := range tests {
 		if got := httpBaseFor(tt.listen, tt.local); got != tt.want {
 			t.Errorf("httpBaseFor(%q, %v) = %q, want %q", tt.listen, tt.local, got, tt.want)
+		}
+	}
+}
+
+// TestBootTFTPErrors: a TFTP client is told why a file is not served, in
+// terms of what the operator must do.
+func TestBootTFTPErrors(t *testing.T) {
+	hpa := requirePeer(t, "tftp")
+	ta := startAgent(t, func(c *Config) { c.TFTP.Listen = "127.0.0.1:0" })
+	select {
+	case <-ta.tftp.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("tftp did not start")
+	}
+	host, port := ta.tftp.Addr().Addr().String(), strconv.Itoa(int(ta.tftp.Addr().Port()))
+	for _, tt := range []struct{ name, want string }{
+		{"pxelinux.0", "Error code 1: File not found: pxelinux.0: no bootloader image provides it (BIOS PXE): make bootloaders"},
+		{"bootx64.efi", "Error code 1: File not found: bootx64.efi: no bootloader image provides it (x86-64 UEFI): make bootloaders"},
+		{"nosuch", "Error code 1: File not found: nosuch"},
+		{"../etc/passwd", "Error code 2: Access violation: ../etc/passwd: parent directory element"},
+		{"pxelinux.cfg/01-zz-54-00-00-00-01", "Error code 1: File not found: pxelinux.cfg/01-zz-54-00-00-00-01"},
+	} {
+		// tftp-hpa: -c last; host:name keeps colons in names intact.
+		out, _ := exec.Command(hpa, "-m", "binary", host, port, "-c", "get", host+":"+tt.name, filepath.Join(t.TempDir(), "f")).CombinedOutput()
+		if !strings.Contains(string(out), tt.want) {
+			t.Errorf("tftp-hpa get %s printed %q, want %q", tt.name, out, tt.want)
 		}
 	}
 }

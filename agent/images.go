@@ -372,6 +372,14 @@ func (a *Agent) checkDeployImage(machine, image string) string {
 	return ""
 }
 
+// bootloaderNames are the files a bootloader image provides (images/doc.go,
+// scripts/bootloaders.sh), with what fetches them.
+var bootloaderNames = map[string]string{
+	"pxelinux.0": "BIOS PXE", "ldlinux.c32": "BIOS pxelinux",
+	"bootx64.efi": "x86-64 UEFI", "grubx64.efi": "x86-64 UEFI shim", "grubaa64.efi": "arm64 UEFI",
+	"undionly.kpxe": "iPXE on BIOS", "ipxe.efi": "iPXE on UEFI", "snponly.efi": "iPXE on UEFI",
+}
+
 // blobSource serves images/<sha256> from the blob store, the registered
 // bootloaders by name (pxelinux.0, bootx64.efi, ...) from the blob store
 // too, and everything else from next: the boot tree, where bootloaders
@@ -394,7 +402,13 @@ func (s blobSource) Open(ctx context.Context, name string) (files.File, error) {
 		if f, ok, err := s.openLoader(p); ok {
 			return f, err
 		}
-		return s.next.Open(ctx, p)
+		f, err := s.next.Open(ctx, p)
+		if what, ok := bootloaderNames[p]; ok && errors.Is(err, files.ErrNotFound) {
+			// What the operator must do, in the client's error too.
+			return nil, &files.Error{Name: name, Kind: files.ErrNotFound,
+				Reason: "no bootloader image provides it (" + what + "): make bootloaders, or rackd images import a bootloader image", Err: err}
+		}
+		return f, err
 	}
 	if !images.ValidHex(h) {
 		return nil, &files.Error{Name: name, Kind: files.ErrNotFound, Reason: "not an image blob"}

@@ -58,9 +58,14 @@
 // get code 1 "File not found", names that try to leave the tree code 2
 // "Access violation", write requests code 2 "Access violation: read-only
 // server", mode "mail" code 4; busy, shutdown, timeout and local failures
-// code 0 with a message. Packets to the server port that are no request are
-// counted and not answered: an ERROR to an ERROR could start an exchange
-// with another server.
+// code 0 with a message. Clients act on the code; the message, which RFC
+// 1350 leaves to the server, names the file and the Source's reason, so
+// that whoever watches a client (tftp-hpa prints "Error code 1: File not
+// found: pxelinux.0: no bootloader image provides it ...") sees the cause
+// that would otherwise be only in rackd's log. It is printable ASCII, at
+// most 400 bytes: a client's buffer holds one 512-byte block. Packets to
+// the server port that are no request are counted and not answered: an
+// ERROR to an ERROR could start an exchange with another server.
 //
 // # Concurrency
 //

@@ -8,6 +8,7 @@ package tftp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -341,5 +342,56 @@ func TestPeersShutdown(t *testing.T) {
 				t.Errorf("transfer not aborted: %d bytes; %s", len(b), msg)
 			}
 		})
+	}
+}
+
+// errSource fails every Open with the error listed for the name, and
+// "not found" for the others.
+type errSource map[string]error
+
+func (s errSource) Open(_ context.Context, name string) (files.File, error) {
+	if err, ok := s[name]; ok {
+		return nil, err
+	}
+	return nil, &files.Error{Name: name, Kind: files.ErrNotFound}
+}
+
+// TestPeersErrorMessages: what a client prints on an error says which file
+// and why, as the Source said it: the cause is not only in rackd's log.
+func TestPeersErrorMessages(t *testing.T) {
+	ts := startServer(t, Config{}, errSource{
+		"pxelinux.0": &files.Error{Name: "pxelinux.0", Kind: files.ErrNotFound, Reason: "no bootloader image provides it: make bootloaders"},
+		"pxelinux.cfg/default": fmt.Errorf("files: rendering %q: %w", "pxelinux.cfg/default",
+			errors.New("bootconf: HTTP base URL \"\": not set\nsecond line")),
+		"grub/grub.cfg-x": &files.Error{Name: "grub/grub.cfg-x", Kind: files.ErrRefused, Reason: "not a MAC address"},
+	})
+	dir := t.TempDir()
+	tests := []struct {
+		remote string
+		code   string // tftp-hpa's "Error code N"
+		msg    string // the server's message
+	}{
+		{"pxelinux.0", "1", "File not found: pxelinux.0: no bootloader image provides it: make bootloaders"},
+		{"pxelinux.cfg/C0A80A02", "1", "File not found: pxelinux.cfg/C0A80A02"},
+		{"grub/grub.cfg-x", "2", "Access violation: grub/grub.cfg-x: not a MAC address"},
+		// Control characters are not sent (the field is netascii).
+		{"pxelinux.cfg/default", "0", `Error opening file: files: rendering "pxelinux.cfg/default": bootconf: HTTP base URL "": not set?second line`},
+	}
+	for i, tt := range tests {
+		out := filepath.Join(dir, fmt.Sprint(i))
+		msg, err := tftpHPA(t, ts, tt.remote, out+"-hpa")
+		if want := "Error code " + tt.code + ": " + tt.msg; !strings.Contains(msg, want) {
+			t.Errorf("tftp-hpa %s: %v: %q; want %q", tt.remote, err, msg, want)
+		}
+		msg, err = atftp(t, ts, tt.remote, out+"-atftp")
+		if want := "<" + tt.msg + ">"; err == nil || !strings.Contains(msg, want) {
+			t.Errorf("atftp %s: %v: %q; want %q", tt.remote, err, msg, want)
+		}
+	}
+	// A long message is cut to what a client's 512-byte buffer holds.
+	long := strings.Repeat("x", 1000)
+	ce := &clientError{msg: "File not found", detail: long}
+	if w := ce.wire(); len(w) != maxErrMsg || !strings.HasPrefix(w, "File not found: xxx") {
+		t.Errorf("long message: %d bytes %q...", len(w), w[:min(len(w), 30)])
 	}
 }

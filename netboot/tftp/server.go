@@ -347,10 +347,37 @@ var (
 
 // clientError is an error whose message (and code) goes to the client.
 type clientError struct {
-	code    uint16
-	msg     string
+	code uint16
+	msg  string
+	// detail, when set, follows msg on the wire ("File not found:
+	// <detail>"): which file and why, so that the operator watching a
+	// client sees the cause rather than only rackd's log.
+	detail  string
 	outcome string
 	err     error
+}
+
+// maxErrMsg bounds the message of an ERROR packet: a client's receive
+// buffer holds a 512-byte block (tftp-hpa's and firmware's do), and the
+// packet has 4 bytes of header and a NUL.
+const maxErrMsg = 400
+
+// wire is the message sent in the ERROR packet: msg and detail, in
+// printable ASCII (the field is netascii, RFC 1350 section 5), bounded.
+func (e *clientError) wire() string {
+	m := e.msg
+	if e.detail != "" {
+		m += ": " + e.detail
+	}
+	b := make([]byte, 0, min(len(m), maxErrMsg))
+	for i := 0; i < len(m) && len(b) < maxErrMsg; i++ {
+		c := m[i]
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		b = append(b, c)
+	}
+	return string(b)
 }
 
 func (e *clientError) Error() string {
@@ -555,19 +582,29 @@ func (s *Server) wait(ctx context.Context) error {
 	}
 }
 
-// openError turns a Source error into the error sent to the client.
+// openError turns a Source error into the error sent to the client. The
+// message says which file and, when the Source said why, why: "File not
+// found: pxelinux.0: no bootloader image is imported ...", "Access
+// violation: ../etc/passwd: parent directory element", "Error opening file:
+// <the cause>". The code is what clients act on (1 not found, 2 access
+// violation, 0 other, RFC 1350); the text is for the person watching.
 func (s *Server) openError(ctx context.Context, name string, client netip.AddrPort, err error) error {
+	detail := name
+	var fe *files.Error
+	if errors.As(err, &fe) && fe.Reason != "" {
+		detail += ": " + fe.Reason
+	}
 	switch {
 	case errors.Is(err, files.ErrNotFound):
-		return &clientError{code: errCodeNotFound, msg: "File not found", outcome: outcomeNotFound}
+		return &clientError{code: errCodeNotFound, msg: "File not found", detail: detail, outcome: outcomeNotFound}
 	case errors.Is(err, files.ErrRefused):
 		// Logged at Info: it is what a scan or a misconfigured loader
 		// looks like, and worth seeing without debug logging.
 		s.log.Info("tftp: name refused", "client", client.String(), "file", name, "err", err)
-		return &clientError{code: errCodeAccess, msg: "Access violation", outcome: outcomeRefused}
+		return &clientError{code: errCodeAccess, msg: "Access violation", detail: detail, outcome: outcomeRefused}
 	case ctx.Err() != nil:
 		return shutdownError
 	}
 	s.log.Warn("tftp: open", "client", client.String(), "file", name, "err", err)
-	return &clientError{code: errCodeUndefined, msg: "Error opening file", outcome: outcomeError, err: err}
+	return &clientError{code: errCodeUndefined, msg: "Error opening file", detail: err.Error(), outcome: outcomeError, err: err}
 }

@@ -131,7 +131,7 @@ func (t *transfer) fail(err error) {
 		ce = &clientError{code: errCodeUndefined, msg: "Error", outcome: outcomeError, err: err}
 	}
 	if ce.code != 0 || ce.msg != "" {
-		_ = t.write(errorPacket(ce.code, ce.msg))
+		_ = t.write(errorPacket(ce.code, ce.wire()))
 	}
 	t.s.m.outcome(ce.outcome)
 	lvl := slog.LevelDebug
