@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +94,65 @@ func TestBootloadersScript(t *testing.T) {
 				t.Errorf("%s over TFTP: %v, %d bytes, sha256 %s", name, err, len(got), hex.EncodeToString(sum[:]))
 			}
 		}
+	}
+}
+
+// TestBootloadersScriptNoMirror: when the packages cannot be had, make
+// bootloaders says why (no mirror reachable, no sources, sources without
+// the packages) and what to do, instead of apt's "Unable to locate
+// package", which hides the cause. The sources are BOOTLOADERS_SOURCES
+// files naming a closed loopback port and a local repository.
+func TestBootloadersScriptNoMirror(t *testing.T) {
+	for _, tool := range []string{"apt-get", "dpkg-deb"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found: make bootloaders needs a Debian system", tool)
+		}
+	}
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close() // nothing listens there now: the mirror is unreachable
+	emptyRepo := t.TempDir()
+	if err := os.WriteFile(filepath.Join(emptyRepo, "Packages"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const waysOut = "Ways out: give this machine access to the mirror"
+	for _, tt := range []struct {
+		name, sources string
+		want          []string
+	}{
+		{"unreachable", "deb http://" + closed + "/debian bookworm main\n",
+			[]string{"fetched no package lists for amd64: the Debian mirror is not reachable", "Could not connect", waysOut}},
+		{"no sources", "# deb http://deb.example/debian bookworm main\n",
+			[]string{"no APT sources are configured", waysOut}},
+		{"no packages", "deb [trusted=yes] file:" + emptyRepo + " ./\n",
+			[]string{"the APT sources have no grub-efi-amd64-signed ipxe pxelinux shim-signed syslinux-common for amd64", waysOut}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			src := filepath.Join(t.TempDir(), "sources.list")
+			if err := os.WriteFile(src, []byte(tt.sources), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "bash", filepath.Join(repo, "scripts", "bootloaders.sh"),
+				"--image", "--cache", t.TempDir(), t.TempDir())
+			cmd.Env = append(os.Environ(), "BOOTLOADERS_SOURCES="+src)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("bootloaders.sh succeeded without packages:\n%s", out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("output does not say %q:\n%s", w, out)
+				}
+			}
+		})
 	}
 }

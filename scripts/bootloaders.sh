@@ -24,6 +24,12 @@
 # directory under it, one per architecture, so the arm64 package comes
 # without adding arm64 to the system's dpkg architectures and nothing of
 # the system's apt state changes.
+#
+# The packages come from the system's APT sources (a Debian mirror, bookworm
+# or later, component main), or from the one-line sources file named by
+# BOOTLOADERS_SOURCES (e.g. a local mirror: "deb http://mirror.lan/debian
+# bookworm main"). Without access to a mirror it stops saying so, with the
+# ways out: a proxy, another mirror, or the .debs copied into the cache.
 set -euo pipefail
 
 image=0
@@ -48,8 +54,39 @@ cache=$(cd "$cache" && pwd)
 exec 9>"$cache/.lock"
 flock -w 600 9 || { echo "bootloaders: $cache is locked by another run" >&2; exit 1; }
 
+die() {
+	echo "bootloaders: $*" >&2
+	exit 1
+}
+
+# What to do when the packages cannot be had from here; said with every
+# such failure.
+ways_out="Ways out: give this machine access to the mirror (behind a proxy: export http_proxy, or Acquire::http::Proxy in /etc/apt/apt.conf.d/),
+  name a reachable mirror with BOOTLOADERS_SOURCES=FILE (one line: deb http://MIRROR/debian bookworm main),
+  or copy the .debs (pxelinux syslinux-common shim-signed grub-efi-amd64-signed ipxe for amd64, grub-efi-arm64-signed for arm64)
+  from a machine that has access into $cache/ and run this again."
+
+# Sources: BOOTLOADERS_SOURCES, or the system's.
+src_opts=()
+if [ -n "${BOOTLOADERS_SOURCES:-}" ]; then
+	[ -r "$BOOTLOADERS_SOURCES" ] || die "BOOTLOADERS_SOURCES=$BOOTLOADERS_SOURCES is not a readable file"
+	mkdir -p "$work/no-parts"
+	src_opts=(-o Dir::Etc::sourcelist="$(cd "$(dirname "$BOOTLOADERS_SOURCES")" && pwd)/$(basename "$BOOTLOADERS_SOURCES")" -o Dir::Etc::sourceparts="$work/no-parts")
+fi
+
+# has_sources: whether any APT source is configured at all (apt-get update
+# succeeds, fetching nothing, when there is none).
+has_sources() {
+	local f
+	for f in ${BOOTLOADERS_SOURCES:-/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources}; do
+		[ -r "$f" ] && grep -Eq '^[[:space:]]*(deb[[:space:]]|Types:.*deb)' "$f" && return 0
+	done
+	return 1
+}
+
 # apt_private ARCH ARGS...: apt-get with its own lists and archives under
-# the cache, for ARCH only, reading the system's sources and keyrings.
+# the cache, for ARCH only, reading the system's sources (or
+# BOOTLOADERS_SOURCES) and keyrings.
 apt_private() {
 	local arch=$1 dir=$cache/apt-$1
 	shift
@@ -57,7 +94,31 @@ apt_private() {
 	apt-get -q \
 		-o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir" -o Dir::Cache::archives="$dir/archives" \
 		-o Dir::State::status=/dev/null -o APT::Architecture="$arch" -o APT::Architectures::="$arch" \
-		-o Acquire::Languages=none -o APT::Sandbox::User=root "$@"
+		-o Acquire::Languages=none -o APT::Sandbox::User=root ${src_opts[@]+"${src_opts[@]}"} "$@"
+}
+
+# update ARCH: fetch ARCH's package lists, or stop saying why not. apt-get
+# update exits 0 when it could reach no mirror (it only warns), and when no
+# source is configured at all; apt-get download then says "Unable to locate
+# package", which hides the cause.
+update() {
+	local arch=$1 log=$work/apt-update-$1.log
+	has_sources || die "no APT sources are configured (${BOOTLOADERS_SOURCES:-/etc/apt/sources.list, /etc/apt/sources.list.d/}): the bootloaders come from Debian's packages.
+$ways_out"
+	apt_private "$arch" update >"$log" 2>&1 || {
+		cat "$log" >&2
+		die "apt-get update for $arch failed (above).
+$ways_out"
+	}
+	if [ -z "$(find "$cache/apt-$arch/lists" -name '*Packages*' 2>/dev/null | head -1)" ]; then
+		grep -E '^(Err|E|W):|^  ' "$log" >&2 || cat "$log" >&2
+		die "apt-get update fetched no package lists for $arch: the Debian mirror is not reachable from here (above), or the sources name no suite with component main.
+$ways_out"
+	fi
+	if grep -q '^W: Failed to fetch' "$log"; then
+		echo "bootloaders: some package lists could not be fetched (going on with the others):" >&2
+		grep '^W: Failed to fetch' "$log" >&2
+	fi
 }
 
 # fetch ARCH PKG...: PKG_*_ARCH.deb (or _all) into the cache, unless there.
@@ -71,16 +132,17 @@ fetch() {
 	echo "bootloaders: downloading ${missing[*]} ($arch)"
 	# The package lists are fetched once a day at most.
 	if [ -z "$(find "$cache/apt-$arch/lists" -name '*Packages*' -mtime -1 2>/dev/null | head -1)" ]; then
-		apt_private "$arch" update >"$work/apt-update-$arch.log" 2>&1 || {
-			cat "$work/apt-update-$arch.log" >&2
-			echo "bootloaders: apt-get update for $arch failed (no network to the Debian mirror?)" >&2
-			exit 1
-		}
+		update "$arch"
 	fi
-	(cd "$cache" && apt_private "$arch" download "${missing[@]}") >"$work/apt-download-$arch.log" 2>&1 || {
-		cat "$work/apt-download-$arch.log" >&2
-		echo "bootloaders: apt-get download of ${missing[*]} ($arch) failed" >&2
-		exit 1
+	local log=$work/apt-download-$arch.log
+	(cd "$cache" && apt_private "$arch" download "${missing[@]}") >"$log" 2>&1 || {
+		cat "$log" >&2
+		if grep -q 'Unable to locate package' "$log"; then
+			die "the APT sources have no $(grep -o 'Unable to locate package [^ ]*' "$log" | sed 's/.* //' | sort -u | tr '\n' ' ')for $arch: they must name Debian (bookworm or later) with component main.
+$ways_out"
+		fi
+		die "apt-get download of ${missing[*]} ($arch) failed (above).
+$ways_out"
 	}
 }
 
