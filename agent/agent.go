@@ -77,11 +77,14 @@ type Agent struct {
 	imagesMu    sync.Mutex
 	imports     *importJobs
 	bootloaders atomic.Pointer[map[string]string]
+	// closers undo New's steps (onClose).
+	closers []closer
 }
 
 // New opens the store under cfg.StateDir and, on a new database, creates the
 // admin user and writes its token to <state dir>/admin.token (mode 0600).
-func New(cfg Config, log *slog.Logger) (*Agent, error) {
+// When a step fails, what the steps before it opened is closed again.
+func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
@@ -89,6 +92,13 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("create state directory %s: %w", cfg.StateDir, err)
 	}
 	a := &Agent{cfg: cfg, log: log, releases: make(chan string, 1024), meta: newMetadataState(cfg)}
+	defer func() {
+		if err != nil {
+			if cerr := a.closeAll(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}
+	}()
 	a.metrics = newMetrics(func() *store.Store { return a.store })
 	a.phases = newPhaseMetrics(a.metrics.reg)
 	credKey, err := loadCredentialKey(cfg.StateDir)
@@ -108,39 +118,75 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.store = s
+	a.onClose("store", s.Close)
 	if cfg.DNS.Listen != "" {
 		a.dns = dns.New(dns.Config{Listen: cfg.DNS.Listen, TTL: time.Duration(cfg.DNS.TTL)},
 			dnsZone{s}, log.With("service", "dns"), a.metrics.reg)
 	}
 	if a.images, err = images.Open(filepath.Join(cfg.StateDir, "images")); err != nil {
-		s.Close()
 		return nil, err
 	}
+	// Import jobs write to the store: they stop before it closes.
 	a.imports = newImportJobs()
+	a.onClose("image imports", func() error { a.imports.Stop(); return nil })
 	a.refreshBootloaders()
+	a.onClose("boot tree", func() error {
+		if a.bootTree == nil {
+			return nil
+		}
+		return a.bootTree.Close()
+	})
 	bootFiles, err := a.newBootFiles(cfg)
 	if err != nil {
-		s.Close()
 		return nil, err
 	}
 	a.bootHTTP = newBootHTTP(bootFiles, a)
 	if a.tftp, err = a.newTFTP(cfg, bootFiles); err != nil {
-		s.Close()
 		return nil, fmt.Errorf("tftp: %w", err)
 	}
+	a.onClose("arp probers", func() error {
+		if a.arp == nil {
+			return nil
+		}
+		return a.arp.Close()
+	})
 	if a.dhcp, err = a.newDHCP(cfg); err != nil {
-		s.Close()
 		return nil, fmt.Errorf("dhcp: %w", err)
 	}
+	// The drivers are closed once the power queue has stopped (Serve
+	// returns from its loops before it closes anything).
+	a.onClose("power drivers", func() error { a.closePower(); return nil })
 	if err := a.newPower(cfg); err != nil {
-		s.Close()
 		return nil, fmt.Errorf("power: %w", err)
 	}
 	if err := a.ensureAdmin(); err != nil {
-		s.Close()
 		return nil, err
 	}
 	return a, nil
+}
+
+// onClose registers fn to undo a step of New: closeAll runs the functions in
+// the reverse order of their registration, so what was opened last is
+// closed first.
+func (a *Agent) onClose(what string, fn func() error) {
+	a.closers = append(a.closers, closer{what, fn})
+}
+
+// closeAll closes everything New opened, once.
+func (a *Agent) closeAll() error {
+	var errs []error
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		if err := a.closers[i].fn(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", a.closers[i].what, err))
+		}
+	}
+	a.closers = nil
+	return errors.Join(errs...)
+}
+
+type closer struct {
+	what string
+	fn   func() error
 }
 
 // Store gives tests and tools access to the agent's store.
@@ -250,32 +296,14 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	a.log.Info("rackd serving", "url", "http://"+ln.Addr().String(), "version", Version,
 		"state_dir", a.cfg.StateDir, "admin_token", a.AdminTokenPath())
 	err := g.Wait()
-	a.closePower()
-	if a.arp != nil {
-		a.arp.Close()
-	}
-	if a.bootTree != nil {
-		a.bootTree.Close()
-	}
-	if cerr := a.store.Close(); cerr != nil {
-		err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
-	}
+	err = errors.Join(err, a.closeAll())
 	a.log.Info("rackd stopped")
 	return err
 }
 
-// Close releases the store (and probers) of an agent that never served.
-func (a *Agent) Close() error {
-	a.closePower()
-	a.imports.Stop()
-	if a.arp != nil {
-		a.arp.Close()
-	}
-	if a.bootTree != nil {
-		a.bootTree.Close()
-	}
-	return a.store.Close()
-}
+// Close releases what New opened (the store, probers, drivers) for an agent
+// that never served.
+func (a *Agent) Close() error { return a.closeAll() }
 
 // watchdog fails machines stuck in COMMISSIONING or DEPLOYING and resumes
 // releases that a restart interrupted.

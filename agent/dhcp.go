@@ -50,10 +50,7 @@ func (a *Agent) newDHCP(cfg Config) (*dhcp.Server, error) {
 		Workers: cfg.DHCP.Workers, QueueSize: cfg.DHCP.Queue},
 		dhcpLeases{a.store}, prober, boot, a.log.With("service", "dhcp"), a.metrics.reg)
 	if err != nil {
-		if a.arp != nil {
-			a.arp.Close()
-		}
-		return nil, err
+		return nil, err // New closes the probers
 	}
 	return srv, nil
 }
