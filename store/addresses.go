@@ -332,9 +332,12 @@ func (t *Tx) assign(st *ipamState, actor Actor, m Machine, mac string, req Assig
 			}
 		}
 	}
-	// The interface's own lease, if it had one on this address, ends here.
+	// The interface's dynamic lease in this subnet ends here, on this
+	// address or another: DHCP answers the interface with its sticky
+	// address from now on, so a lease left behind would be listed beside
+	// it and kept out of the pool for nothing.
 	for _, old := range recs {
-		if old.Kind == KindDynamic && old.IP == ip {
+		if old.Kind == KindDynamic && old.Subnet == sn.CIDR {
 			if err := t.deleteAddress(old); err != nil {
 				return Address{}, err
 			}

@@ -236,7 +236,7 @@ func TestAllocateByName(t *testing.T) {
 			m1 := ready(t, s, "m1")
 			ready(t, s, "m2")
 			create(t, s, store.NewMachine{Hostname: "n"})
-			create(t, s, store.NewMachine{Hostname: "fc"})
+			create(t, s, store.NewMachine{Hostname: "fc", Power: manual})
 			transition(t, s, admin, "fc", store.ActionCommission)
 			transition(t, s, store.System, "fc", store.ActionCommissioningFailed)
 			create(t, s, store.NewMachine{Hostname: "gone", State: store.StateReady})

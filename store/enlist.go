@@ -131,7 +131,7 @@ func (s *Store) Enlist(ctx context.Context, req EnlistRequest) (EnlistResult, er
 		}
 		if req.Commission {
 			if m, err = t.transition(Enlister, TransitionRequest{Machine: m.ID, Action: ActionCommission,
-				Reason: "enlisted with auto-commission"}); err != nil {
+				Reason: "enlisted with auto-commission", Running: true}); err != nil {
 				return err
 			}
 		}

@@ -55,6 +55,23 @@ func NormalizeMAC(mac string) (string, error) {
 
 // normalize validates nm and puts it in canonical form.
 func (nm *NewMachine) normalize() error {
+	if err := nm.normalizeFields(); err != nil {
+		return err
+	}
+	switch nm.State {
+	case "":
+		nm.State = StateNew
+	case StateNew, StateReady, StateDeployed:
+	default:
+		return errorf(CodeInvalid, "a machine can be created NEW, READY or DEPLOYED, not %q", nm.State)
+	}
+	return nil
+}
+
+// normalizeFields validates what a machine's record says about it, whatever
+// its state: the same rules for a machine being added (normalize) and one
+// being changed (UpdateMachine).
+func (nm *NewMachine) normalizeFields() error {
 	nm.Hostname = strings.ToLower(strings.TrimSpace(nm.Hostname))
 	if len(nm.Hostname) > 253 || !hostnameRE.MatchString(nm.Hostname) {
 		return errorf(CodeInvalid, "invalid hostname %q: use letters, digits and dashes, labels of at most 63 characters", nm.Hostname)
@@ -94,18 +111,39 @@ func (nm *NewMachine) normalize() error {
 			return errorf(CodeInvalid, "invalid tag %q: use letters, digits and . _ : -", t)
 		}
 	}
-	if nm.Power.CipherSuite < 0 || nm.Power.CipherSuite > 17 {
-		return errorf(CodeInvalid, "IPMI cipher suite %d: want 0 (the driver's default) to 17", nm.Power.CipherSuite)
+	if err := nm.Power.validate(); err != nil {
+		return err
 	}
 	if len(nm.Zone) > 64 {
 		return errorf(CodeInvalid, "zone name too long")
 	}
-	switch nm.State {
-	case "":
-		nm.State = StateNew
-	case StateNew, StateReady, StateDeployed:
-	default:
-		return errorf(CodeInvalid, "a machine can be created NEW, READY or DEPLOYED, not %q", nm.State)
+	return nil
+}
+
+var driverRE = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+
+// validate checks power parameters as far as the store can tell without
+// knowing the drivers: a driver name, and nothing else without one.
+func (p *PowerParams) validate() error {
+	p.Driver = strings.ToLower(strings.TrimSpace(p.Driver))
+	p.Address = strings.TrimSpace(p.Address)
+	if p.Driver == "" {
+		if p.Address != "" || p.Username != "" || p.Password != "" || p.CipherSuite != 0 {
+			return errorf(CodeInvalid, "power address, credentials and cipher suite need a power driver (ipmi, manual)")
+		}
+		return nil
+	}
+	if !driverRE.MatchString(p.Driver) {
+		return errorf(CodeInvalid, "invalid power driver %q: want a name like ipmi or manual", p.Driver)
+	}
+	if len(p.Address) > 255 || strings.ContainsFunc(p.Address, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return errorf(CodeInvalid, "invalid power address %q: want HOST or HOST:PORT", p.Address)
+	}
+	if len(p.Username) > 64 || len(p.Password) > 256 {
+		return errorf(CodeInvalid, "power username (at most 64 bytes) or password (at most 256) too long")
+	}
+	if p.CipherSuite < 0 || p.CipherSuite > 17 {
+		return errorf(CodeInvalid, "IPMI cipher suite %d: want 0 (the driver's default) to 17", p.CipherSuite)
 	}
 	return nil
 }
@@ -146,6 +184,11 @@ func (t *Tx) createMachine(actor Actor, nm NewMachine) (Machine, error) {
 		}
 		for _, mac := range nm.MACs {
 			if id := t.getRaw(bucketMACs, []byte(mac)); id != nil {
+				// A retired machine keeps its MACs: say how to free them.
+				if old, err := t.machine(string(id)); err == nil {
+					return errorf(CodeConflict, "MAC address %s already belongs to machine %s (%s, %s): rackd machines rm %s deletes it",
+						mac, id, old.Hostname, old.State, old.Hostname)
+				}
 				return errorf(CodeConflict, "MAC address %s already belongs to machine %s", mac, id)
 			}
 			recs, err := t.addressesOfMAC(mac)
@@ -351,6 +394,9 @@ type TransitionRequest struct {
 	// Erase, on a release, boots the erase environment before the
 	// machine is READY again (see StartRelease).
 	Erase bool
+	// Running says the machine already runs rackd's environment (it just
+	// enlisted), so a commission needs no power driver to boot it.
+	Running bool
 }
 
 // Transition applies a lifecycle action in one transaction and records it.
@@ -390,6 +436,15 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 			}
 			return Machine{}, errorf(CodeForbidden, "only an admin may %s a machine", req.Action)
 		}
+	}
+	if _, err := Next(m.State, req.Action, m.Commissioned); err != nil {
+		return Machine{}, withMachine(err, m)
+	}
+	if req.Action == ActionCommission && m.Power.Driver == "" && !req.Running {
+		// It would wait in COMMISSIONING for a boot nobody starts.
+		return Machine{}, errorf(CodeConflict, "machine %s has no power driver, so nothing would boot it: "+
+			"set one with rackd machines set %s --power-driver ipmi --power-address HOST --power-user USER "+
+			"(or --power-driver manual to power it by hand)", m.Hostname, m.Hostname)
 	}
 	return t.transitionMachine(actor, m, req)
 }
@@ -554,15 +609,20 @@ func (t *Tx) addEvent(e Event) error {
 }
 
 // Events returns the newest limit events of a machine, oldest first
-// (limit <= 0: all of them).
+// (limit <= 0: all of them). A deleted machine's events are found by its
+// id.
 func (s *Store) Events(idOrName string, limit int) ([]Event, error) {
 	var out []Event
 	err := s.view(func(t *Tx) error {
+		id := idOrName
 		m, err := t.machine(idOrName)
-		if err != nil {
+		if err == nil {
+			id = m.ID
+		} else if CodeOf(err) != CodeNotFound {
 			return err
 		}
-		prefix := append([]byte(m.ID), 0)
+		// A deleted machine's history stays under its id.
+		prefix := append([]byte(id), 0)
 		c := t.tx.Bucket(bucketEvents).Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 			var e Event
@@ -570,6 +630,9 @@ func (s *Store) Events(idOrName string, limit int) ([]Event, error) {
 				return fmt.Errorf("decode event: %w", err)
 			}
 			out = append(out, e)
+		}
+		if len(out) == 0 {
+			return err // not found, when it was not
 		}
 		return nil
 	})

@@ -21,6 +21,10 @@ var (
 	bob   = store.Actor{Name: "bob"}
 )
 
+// manual is the power driver of machines that tests commission: one
+// without any is refused, as nothing would boot it.
+var manual = store.PowerParams{Driver: "manual"}
+
 // mac returns a distinct, valid MAC address for i.
 func mac(i int) string {
 	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff)
@@ -373,7 +377,7 @@ func TestTransitionPaths(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			s := storetest.New(t)
-			m := create(t, s, store.NewMachine{Hostname: "web1", State: tc.created})
+			m := create(t, s, store.NewMachine{Hostname: "web1", State: tc.created, Power: manual})
 			var got store.Machine
 			for i, st := range tc.steps {
 				if st.action == store.ActionAllocate {
@@ -601,7 +605,7 @@ func TestExpire(t *testing.T) {
 			check := t0.Add(24 * time.Hour)
 			for host, e := range machines {
 				setNow(check.Add(-e.age))
-				create(t, s, store.NewMachine{Hostname: host, State: e.created})
+				create(t, s, store.NewMachine{Hostname: host, State: e.created, Power: manual})
 				for _, a := range e.actions {
 					if a == store.ActionAllocate {
 						allocate(t, s, alice, host, "juju")

@@ -27,7 +27,7 @@ func TestCheckFindsCredentialDamage(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := openTest(t, Options{}, false)
-			m := mustCreate(t, s, "c1", 1, StateNew)
+			m := mustCreatePowered(t, s, "c1", 1, StateNew, PowerParams{Driver: "manual"})
 			m, err := s.Transition(context.Background(), testAdmin, TransitionRequest{Machine: m.ID, Action: ActionCommission})
 			if err != nil {
 				t.Fatal(err)

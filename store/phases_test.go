@@ -18,7 +18,7 @@ func report(s *store.Store, r store.PhaseReport) (store.ReportResult, error) {
 
 func TestCredentialIssuedPerPhase(t *testing.T) {
 	s := storetest.New(t)
-	m := create(t, s, store.NewMachine{Hostname: "c1"})
+	m := create(t, s, store.NewMachine{Hostname: "c1", Power: manual})
 	if m.Credential != nil || s.PhaseToken(m) != "" {
 		t.Fatalf("NEW machine has a credential: %+v", m.Credential)
 	}
@@ -37,7 +37,7 @@ func TestCredentialIssuedPerPhase(t *testing.T) {
 		t.Fatal("token changed between two reads")
 	}
 	// ...and another machine in the same phase gets another token.
-	m2 := create(t, s, store.NewMachine{Hostname: "c2"})
+	m2 := create(t, s, store.NewMachine{Hostname: "c2", Power: manual})
 	m2 = transition(t, s, admin, m2.ID, store.ActionCommission)
 	if s.PhaseToken(m2) == tok {
 		t.Fatal("two machines share a token")
@@ -57,7 +57,7 @@ func TestCredentialIssuedPerPhase(t *testing.T) {
 
 func TestCommissionReport(t *testing.T) {
 	s := storetest.New(t)
-	m := create(t, s, store.NewMachine{Hostname: "c1", MACs: []string{"52:54:00:aa:00:01"}})
+	m := create(t, s, store.NewMachine{Hostname: "c1", MACs: []string{"52:54:00:aa:00:01"}, Power: manual})
 	m = transition(t, s, admin, m.ID, store.ActionCommission)
 	tok := s.PhaseToken(m)
 	inv := &store.CommissionInventory{Arch: "amd64", MACs: []string{"52:54:00:AA:00:01", "52:54:00:aa:00:02"},
@@ -99,7 +99,7 @@ func TestCommissionReport(t *testing.T) {
 func TestCommissionReportConflict(t *testing.T) {
 	s := storetest.New(t)
 	other := create(t, s, store.NewMachine{Hostname: "other", MACs: []string{"52:54:00:aa:00:09"}})
-	m := create(t, s, store.NewMachine{Hostname: "c1"})
+	m := create(t, s, store.NewMachine{Hostname: "c1", Power: manual})
 	m = transition(t, s, admin, m.ID, store.ActionCommission)
 	res, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseCommission, Token: s.PhaseToken(m),
 		Inventory: &store.CommissionInventory{MACs: []string{"52:54:00:aa:00:09"}}})
@@ -113,7 +113,7 @@ func TestCommissionReportConflict(t *testing.T) {
 
 func TestCommissionReportFailure(t *testing.T) {
 	s := storetest.New(t)
-	m := create(t, s, store.NewMachine{Hostname: "c1"})
+	m := create(t, s, store.NewMachine{Hostname: "c1", Power: manual})
 	m = transition(t, s, admin, m.ID, store.ActionCommission)
 	res, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseCommission, Token: s.PhaseToken(m),
 		Error: "no disks\nfound"})

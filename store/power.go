@@ -324,7 +324,8 @@ func (s *Store) RequestPower(ctx context.Context, actor Actor, machine string, a
 			return errorf(CodeForbidden, "machine %s is not yours: only its owner or an admin may drive its power", m.Hostname)
 		}
 		if m.Power.Driver == "" {
-			return errorf(CodeInvalid, "machine %s has no power driver: set its power parameters first", m.Hostname)
+			return errorf(CodeInvalid, "machine %s has no power driver: set one with rackd machines set %s --power-driver ipmi --power-address HOST --power-user USER",
+				m.Hostname, m.Hostname)
 		}
 		if final := action.Final(); final != power.StateUnknown {
 			ps, err := t.powerStatus(m)

@@ -53,8 +53,15 @@ func testMAC(i int) string {
 
 func mustCreate(t testing.TB, s *Store, hostname string, i int, state State) Machine {
 	t.Helper()
+	return mustCreatePowered(t, s, hostname, i, state, PowerParams{})
+}
+
+// mustCreatePowered is mustCreate with power parameters: a machine to be
+// commissioned needs a driver.
+func mustCreatePowered(t testing.TB, s *Store, hostname string, i int, state State, p PowerParams) Machine {
+	t.Helper()
 	m, err := s.CreateMachine(context.Background(), testAdmin, NewMachine{
-		Hostname: hostname, MACs: []string{testMAC(i)}, State: state})
+		Hostname: hostname, MACs: []string{testMAC(i)}, State: state, Power: p})
 	if err != nil {
 		t.Fatalf("create %s: %v", hostname, err)
 	}
@@ -246,7 +253,7 @@ func TestContextCancelled(t *testing.T) {
 			t.Run(opName+"/"+ctxName, func(t *testing.T) {
 				s := openTest(t, Options{}, true)
 				mustCreate(t, s, "r", 1, StateReady)
-				mustCreate(t, s, "c", 2, StateNew)
+				mustCreatePowered(t, s, "c", 2, StateNew, PowerParams{Driver: "manual"})
 				if _, err := s.Transition(context.Background(), testAdmin, TransitionRequest{Machine: "c", Action: ActionCommission}); err != nil {
 					t.Fatal(err)
 				}
