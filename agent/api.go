@@ -51,6 +51,8 @@ func routes() []route {
 		{"GET /api/v1/machines", user, (*Agent).listMachines},
 		{"POST /api/v1/machines", admin, (*Agent).createMachine},
 		{"GET /api/v1/machines/{id}", user, (*Agent).getMachine},
+		{"PATCH /api/v1/machines/{id}", admin, (*Agent).patchMachine},
+		{"DELETE /api/v1/machines/{id}", admin, (*Agent).deleteMachine},
 		{"GET /api/v1/machines/{id}/events", user, (*Agent).machineEvents},
 		{"POST /api/v1/machines/{id}/{action}", user, (*Agent).machineAction},
 		{"POST /api/v1/machines/{id}/power", user, (*Agent).requestPower},
@@ -229,7 +231,8 @@ var errBadBody = errors.New("bad request body")
 // leaves v as it is. On failure it answers the request and returns errBadBody.
 func (a *Agent) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		// A PATCH body is a JSON merge patch, which has its own type.
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || (mt != "application/json" && mt != "application/merge-patch+json") {
 			writeError(w, http.StatusUnsupportedMediaType, api.CodeUnsupportedMedia,
 				fmt.Sprintf("content type %q is not accepted: send application/json", ct))
 			return errBadBody
@@ -435,7 +438,9 @@ func (a *Agent) machineAction(w http.ResponseWriter, r *http.Request, who store.
 		return
 	}
 	a.transitioned(m, action, who)
-	writeJSON(w, http.StatusOK, a.machineView(m))
+	v := a.machineView(m)
+	v.Notice = manualNotice(m)
+	writeJSON(w, http.StatusOK, v)
 }
 
 // transitioned does what follows a committed transition: metrics, log, and

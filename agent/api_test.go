@@ -399,7 +399,7 @@ func TestWatchdog(t *testing.T) {
 		c.Lifecycle.CommissioningTimeout = Duration(300 * time.Millisecond)
 		c.Lifecycle.DeployingTimeout = Duration(time.Hour)
 	})
-	ta.addMachine(t, api.CreateMachine{Hostname: "slow", MACs: []string{"52:54:00:00:00:01"}})
+	ta.addMachine(t, api.CreateMachine{Hostname: "slow", MACs: []string{"52:54:00:00:00:01"}, Power: &api.PowerParams{Driver: "manual"}})
 	ta.addMachine(t, readyMachine(2))
 	if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/slow/commission", nil, nil); status != 200 {
 		t.Fatalf("commission: %d %s", status, raw)

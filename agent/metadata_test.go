@@ -32,7 +32,8 @@ func (ta *testAgent) machineIn(t *testing.T, hostname, mac, state string) api.Ma
 	if create == "" {
 		create = "READY"
 	}
-	m := ta.addMachine(t, api.CreateMachine{Hostname: hostname, MACs: []string{mac}, State: create})
+	// Manual power: a machine that nothing could boot is not commissioned.
+	m := ta.addMachine(t, api.CreateMachine{Hostname: hostname, MACs: []string{mac}, State: create, Power: &api.PowerParams{Driver: "manual"}})
 	step := func(path string, body any) {
 		t.Helper()
 		if status, raw := ta.call(t, ta.admin, "POST", path, body, nil); status >= 300 {

@@ -3,7 +3,11 @@
 // the CLI) share them so that the two can never disagree on a field name.
 package api
 
-import "time"
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+)
 
 // Error is the body of every non-2xx answer.
 type Error struct {
@@ -82,6 +86,10 @@ type Machine struct {
 	Inventory *Inventory `json:"inventory,omitempty"`
 	// DeployImage is the image the machine deploys or deployed.
 	DeployImage string `json:"deploy_image,omitempty"`
+	// Notice is set in the answer to a lifecycle action when a human must
+	// act for it to go on (a machine with the manual power driver must be
+	// powered by hand).
+	Notice string `json:"notice,omitempty"`
 }
 
 // Inventory is a machine's hardware as it reported it at enlistment
@@ -115,6 +123,66 @@ type CreateMachine struct {
 	Zone     string       `json:"zone,omitempty"`
 	// State is NEW (default), READY or DEPLOYED.
 	State string `json:"state,omitempty"`
+}
+
+// Field is one member of a JSON merge patch (the body of a PATCH): Set when
+// the member is present. JSON null sets it to the zero value, which clears
+// it; an absent member leaves the value as it is.
+type Field[T any] struct {
+	Value T
+	Set   bool
+}
+
+// Some returns a set Field.
+func Some[T any](v T) Field[T] { return Field[T]{Value: v, Set: true} }
+
+// UnmarshalJSON records that the member is present. Unknown fields inside
+// it are refused, as everywhere in the API.
+func (f *Field[T]) UnmarshalJSON(b []byte) error {
+	f.Set = true
+	var zero T
+	f.Value = zero
+	if string(bytes.TrimSpace(b)) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(&f.Value)
+}
+
+// MarshalJSON writes the value; an unset Field is left out by omitzero.
+func (f Field[T]) MarshalJSON() ([]byte, error) { return json.Marshal(f.Value) }
+
+// MachinePatch is the body of PATCH /api/v1/machines/{id}: a JSON merge
+// patch of the machine's record. "power": null removes the power
+// parameters; inside "power", each member changes that parameter alone.
+type MachinePatch struct {
+	Hostname Field[string]      `json:"hostname,omitzero"`
+	Arch     Field[string]      `json:"arch,omitzero"`
+	CPUCount Field[int]         `json:"cpu_count,omitzero"`
+	MemoryMB Field[int]         `json:"memory_mb,omitzero"`
+	Tags     Field[[]string]    `json:"tags,omitzero"`
+	Zone     Field[string]      `json:"zone,omitzero"`
+	Power    Field[*PowerPatch] `json:"power,omitzero"`
+	// Reason is kept in the machine's update event.
+	Reason string `json:"reason,omitempty"`
+}
+
+// PowerPatch changes a machine's power parameters member by member.
+// Username and password are write-only, as everywhere.
+type PowerPatch struct {
+	Driver      Field[string] `json:"driver,omitzero"`
+	Address     Field[string] `json:"address,omitzero"`
+	Username    Field[string] `json:"username,omitzero"`
+	Password    Field[string] `json:"password,omitzero"`
+	CipherSuite Field[int]    `json:"cipher_suite,omitzero"`
+}
+
+// DeleteMachine is the optional body of DELETE /api/v1/machines/{id}.
+type DeleteMachine struct {
+	// Force deletes a machine that is allocated, deployed or in a phase.
+	Force  bool   `json:"force,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // ActionRequest is the optional body of POST /api/v1/machines/{id}/{action}.

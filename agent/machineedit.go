@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"rackd/agent/api"
+	"rackd/power"
+	"rackd/store"
+)
+
+// This file is the HTTP face of changing and deleting machines. The rules
+// (validation, defaults from the inventory, what a deletion frees) live in
+// store/machineedit.go.
+
+// patchFromAPI turns a merge patch as sent into the store's.
+func patchFromAPI(req api.MachinePatch) store.MachinePatch {
+	str := func(f api.Field[string]) *string {
+		if !f.Set {
+			return nil
+		}
+		return &f.Value
+	}
+	num := func(f api.Field[int]) *int {
+		if !f.Set {
+			return nil
+		}
+		return &f.Value
+	}
+	p := store.MachinePatch{Hostname: str(req.Hostname), Arch: str(req.Arch), CPUCount: num(req.CPUCount),
+		MemoryMB: num(req.MemoryMB), Zone: str(req.Zone), Reason: req.Reason}
+	if req.Tags.Set {
+		tags := req.Tags.Value
+		if tags == nil {
+			tags = []string{}
+		}
+		p.Tags = &tags
+	}
+	if req.Power.Set {
+		if pp := req.Power.Value; pp == nil {
+			p.ClearPower = true
+		} else {
+			p.Power = store.PowerPatch{Driver: str(pp.Driver), Address: str(pp.Address), Username: str(pp.Username),
+				Password: str(pp.Password), CipherSuite: num(pp.CipherSuite)}
+		}
+	}
+	return p
+}
+
+// patchMachine changes a machine's record (admin): JSON merge patch.
+func (a *Agent) patchMachine(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	var req api.MachinePatch
+	if a.decodeBody(w, r, &req, false) != nil {
+		return
+	}
+	p := patchFromAPI(req)
+	if d := p.Power.Driver; d != nil && *d != "" {
+		// The store cannot know which drivers this rackd has; a machine
+		// set to one it lacks would fail every power request later.
+		if name := strings.ToLower(strings.TrimSpace(*d)); a.powerDrivers[name] == nil {
+			writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("power driver %q is not in this rackd (known: %s)",
+				*d, strings.Join(slices.Sorted(maps.Keys(a.powerDrivers)), ", ")))
+			return
+		}
+	}
+	m, err := a.store.UpdateMachine(r.Context(), who, r.PathValue("id"), p)
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	a.log.Info("machine updated", "machine", m.ID, "hostname", m.Hostname, "by", who.Name)
+	writeJSON(w, http.StatusOK, a.machineView(m))
+}
+
+// deleteMachine removes a machine (admin). Refused with 409 while it is
+// allocated, deployed or in a phase, unless forced (body or ?force=true).
+func (a *Agent) deleteMachine(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	var req api.DeleteMachine
+	if a.decodeBody(w, r, &req, true) != nil {
+		return
+	}
+	if s := r.URL.Query().Get("force"); s != "" {
+		force, err := strconv.ParseBool(s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("force=%q is not true or false", s))
+			return
+		}
+		req.Force = req.Force || force
+	}
+	m, err := a.store.DeleteMachine(r.Context(), who, store.DeleteRequest{Machine: r.PathValue("id"), Force: req.Force, Reason: req.Reason})
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	a.log.Info("machine deleted", "machine", m.ID, "hostname", m.Hostname, "state", m.State, "force", req.Force, "by", who.Name)
+	// What it was, without addresses (they are free now) or power status.
+	writeJSON(w, http.StatusOK, machineFields(m))
+}
+
+// manualNotice is what the operator must do by hand after a transition of
+// a machine with the manual power driver: rackd asks, nobody presses.
+func manualNotice(m store.Machine) string {
+	if m.Power.Driver != "manual" {
+		return ""
+	}
+	switch p := store.PowerPolicyFor(m.State); p.Desired {
+	case power.StateOn:
+		return fmt.Sprintf("machine %s has the manual power driver: power it on now, booting from the network (PXE); rackd cannot", m.Hostname)
+	case power.StateOff:
+		return fmt.Sprintf("machine %s has the manual power driver: power it off now; rackd cannot", m.Hostname)
+	}
+	return ""
+}
