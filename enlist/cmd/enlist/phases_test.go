@@ -71,7 +71,9 @@ func newPhaseLab(t *testing.T, tweak ...func(*agent.Config)) *phaseLab {
 	l.rawSHA = hex.EncodeToString(sum[:])
 	l.importImage("raw", "deploy", map[string][]byte{"disk.img": l.raw}, "")
 	if len(tweak) == 0 {
-		if _, err := l.api.CreateMachine(t.Context(), api.CreateMachine{Hostname: "node1", MACs: []string{phaseMAC}}); err != nil {
+		if _, err := l.api.CreateMachine(t.Context(), api.CreateMachine{Hostname: "node1", MACs: []string{phaseMAC},
+			// Powered by hand: the test plays the machine that boots.
+			Power: &api.PowerParams{Driver: "manual"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
