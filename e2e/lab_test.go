@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,6 +118,13 @@ func enlistImage(t testing.TB) string {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, make, "initramfs")
 		cmd.Dir = root
+		// The build is a tree of processes (make, the script, go, cpio)
+		// sharing the output pipe: at the deadline the whole group is
+		// killed, or the survivors keep building and hold the pipe open,
+		// and CombinedOutput waits on them past any test timeout.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = 5 * time.Second
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			imageErr = fmt.Errorf("make initramfs: %v\n%s", err, out)
