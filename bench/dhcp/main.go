@@ -44,6 +44,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -62,17 +63,24 @@ type bench struct {
 	t        *benchns.Topology
 	work     string
 	period   int     // seconds per perfdhcp run
-	steps    int     // perfdhcp runs per server per repetition in the search
+	steps    int     // most perfdhcp runs of one search
 	start    int     // first rate tried
-	factor   float64 // coarse step of the first repetition's search
-	refine   float64 // coarse step of the later ones, from the last result
+	factor   float64 // coarse step of the search
+	res      float64 // the search bisects until hi/lo is within this factor
 	minRate  int
 	maxRate  int
-	loss     float64 // percent of DORAs that may be lost
-	cpuRate  int
+	loss     float64 // percent of DORAs that may be lost at a passing rate
+	cpuRates []int
 	verbose  bool
 	required map[string]bool      // servers whose failure to start ends the run
 	others   map[string][]float64 // per server: cores used by other work during each of its runs
+	// runsPerRep is others split by repetition (newRep starts one).
+	runsPerRep map[string][][]float64
+}
+
+// newRep starts the per-repetition record of the other work's cores of server name.
+func (b *bench) newRep(name string) {
+	b.runsPerRep[name] = append(b.runsPerRep[name], nil)
 }
 
 // trial is one perfdhcp run against a freshly started server.
@@ -85,47 +93,67 @@ type trial struct {
 	// CPUs used during the run (1 = one core busy): the server, perfdhcp,
 	// and everything else on the machine (other work competing for it).
 	srvCores, genCores, otherCores float64
+	// cliDrops is the replies the kernel dropped at perfdhcp's socket
+	// because its receive buffer was full (perfdhcp did not read them in
+	// time): lost to the load generator, not to the server.
+	cliDrops int64
 }
 
 func (t trial) ok() bool { return t.rep.do.sent > 0 }
 
 // stats collects a server's figures, one per repetition.
 type stats struct {
-	best []trial // the best run with < loss % lost, per repetition (zero: none)
-	cpu  []trial // the fixed-rate run, per repetition (zero: none)
-	note string  // why a figure is missing
+	best []trial         // the best run with < loss % lost, per repetition (zero: none)
+	cpu  map[int][]trial // per fixed rate: that rate's run, per repetition (zero: none)
+	note string          // why a figure is missing
 }
 
 func run() error {
-	reps := flag.Int("reps", 3, "repetitions; each server gets a search and a CPU run in each")
+	reps := flag.Int("reps", 3, "repetitions; each server gets a search and the CPU runs in each")
 	period := flag.Int("period", 10, "seconds of each perfdhcp run (perfdhcp -p)")
-	steps := flag.Int("steps", 5, "perfdhcp runs per server per repetition in the rate search")
-	start := flag.Int("start", 1000, "first rate (DORA/s) tried in the first repetition")
-	factor := flag.Float64("factor", 2, "coarse step of the first repetition's search")
-	refine := flag.Float64("refine", 1.25, "coarse step of later repetitions, which start from the best earlier result")
+	steps := flag.Int("steps", 10, "most perfdhcp runs of one rate search (0: no search, only the CPU runs)")
+	start := flag.Int("start", 2000, "first rate (DORA/s) of every search")
+	factor := flag.Float64("factor", 2, "coarse step of the search, until a rate passes and one fails")
+	res := flag.Float64("resolution", 1.05, "the search bisects until the failing rate is within this factor of the passing one")
 	minRate := flag.Int("min-rate", 25, "lowest rate tried")
 	maxRate := flag.Int("max-rate", 16000, "highest rate tried (above it perfdhcp measures itself)")
 	loss := flag.Float64("loss", 1, "percent of DORAs that may be lost at a passing rate")
-	cpuRate := flag.Int("cpu-rate", 2000, "rate (DORA/s) of the CPU run, capped at the rate a server sustained")
-	servers := flag.String("servers", "rackd,kea,dnsmasq", "servers to measure, comma-separated")
+	cpuRatesFlag := flag.String("cpu-rates", "2000,8000", "rates (DORA/s) of the CPU runs, comma-separated; a server that sustained less than 90 % of one runs at its highest rate instead")
+	servers := flag.String("servers", "rackd,kea,dnsmasq", "servers to measure, comma-separated (rackd-b: the -rackd-b binary)")
 	dir := flag.String("dir", "bench/out", "scratch directory (lease databases), on the disk being measured")
 	bin := flag.String("rackd", "", "rackd binary to run (default: go build ./agent/cmd/rackd)")
+	binB := flag.String("rackd-b", "", "a second rackd binary, measured as server rackd-b interleaved with the others (A/B comparisons); adds rackd-b to -servers")
 	rackdExtra := flag.String("rackd-dhcp", "", "TOML lines appended to the [dhcp] section of rackd's config, for tuning experiments")
-	timeout := flag.Duration("timeout", 30*time.Minute, "bound of the whole run")
+	profDir := flag.String("cpuprofile", "", "directory where each rackd run writes its CPU profile (RACKD_CPUPROFILE)")
+	timeout := flag.Duration("timeout", 60*time.Minute, "bound of the whole run")
 	verbose := flag.Bool("v", false, "print perfdhcp's output of every run")
 	flag.Parse()
-	if *reps < 1 || *period < 1 || *steps < 1 || *start < 1 || *factor <= 1 || *refine <= 1 ||
-		*minRate < 1 || *maxRate < *minRate || *cpuRate < 1 {
+	var cpuRates []int
+	for _, f := range strings.Split(*cpuRatesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-cpu-rates: %q is not a positive rate", f)
+		}
+		cpuRates = append(cpuRates, n)
+	}
+	if *reps < 1 || *period < 1 || *steps < 0 || *start < 1 || *factor <= 1 || *res <= 1 ||
+		*minRate < 1 || *maxRate < *minRate {
 		return errors.New("bad flags: counts and rates must be positive, factors above 1")
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("needs root: it creates network namespaces (run `sudo make bench-dhcp`)")
 	}
 	names := strings.Split(*servers, ",")
+	if *binB != "" && !slices.Contains(names, "rackd-b") {
+		names = append(names, "rackd-b")
+	}
 	for _, n := range names {
-		if !slices.Contains([]string{"rackd", "kea", "dnsmasq"}, n) {
+		if !slices.Contains([]string{"rackd", "rackd-b", "kea", "dnsmasq"}, n) {
 			return fmt.Errorf("-servers: unknown server %q", n)
 		}
+	}
+	if slices.Contains(names, "rackd-b") && *binB == "" {
+		return errors.New("-servers rackd-b needs -rackd-b PATH")
 	}
 	tools := []string{"ip", "perfdhcp"}
 	if slices.Contains(names, "kea") {
@@ -147,6 +175,7 @@ func run() error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	began := time.Now()
+	fmt.Printf("load at start: %s\n", uptime(ctx))
 
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
@@ -157,6 +186,14 @@ func run() error {
 	}
 	work, _ = filepath.Abs(work)
 	defer os.RemoveAll(work)
+	if *profDir != "" {
+		if err := os.MkdirAll(*profDir, 0o755); err != nil {
+			return err
+		}
+		if *profDir, err = filepath.Abs(*profDir); err != nil {
+			return err
+		}
+	}
 
 	rackdBin := *bin
 	if rackdBin == "" && slices.Contains(names, "rackd") {
@@ -183,15 +220,21 @@ func run() error {
 	fmt.Printf("namespaces %s (%s %s%s) <-> %s (%s %s%s), veth, no default route\n",
 		t.Srv, t.SrvIf, benchns.ServerIP, benchns.IfPrefix, t.Cli, t.CliIf, benchns.ClientIP, benchns.IfPrefix)
 	fmt.Printf("perfdhcp %s\n", strings.Join(perfdhcpArgs(0, *period), " "))
+	if *steps > 0 {
+		fmt.Printf("search, the same for every server: from %d/s, ×%g until a run passes and one fails, then bisection until within ×%g, at most %d runs\n",
+			*start, *factor, *res, *steps)
+	}
 
-	b := &bench{t: t, work: work, period: *period, steps: *steps, start: *start, factor: *factor,
-		refine: *refine, minRate: *minRate, maxRate: *maxRate, loss: *loss, cpuRate: *cpuRate,
-		verbose: *verbose, required: map[string]bool{"kea": true, "dnsmasq": true}, others: map[string][]float64{}}
+	b := &bench{t: t, work: work, period: *period, steps: *steps, start: *start, factor: *factor, res: *res,
+		minRate: *minRate, maxRate: *maxRate, loss: *loss, cpuRates: cpuRates,
+		verbose: *verbose, required: map[string]bool{"kea": true, "dnsmasq": true}, others: map[string][]float64{}, runsPerRep: map[string][][]float64{}}
 	var list []server
 	for _, n := range names {
 		switch n {
 		case "rackd":
-			list = append(list, rackd{t: t, bin: rackdBin, extra: *rackdExtra})
+			list = append(list, rackd{t: t, label: "rackd", bin: rackdBin, extra: *rackdExtra, profDir: *profDir})
+		case "rackd-b":
+			list = append(list, rackd{t: t, label: "rackd-b", bin: *binB, extra: *rackdExtra, profDir: *profDir})
 		case "kea":
 			k := kea{t: t}
 			cdir, err := os.MkdirTemp(work, "kea-check-")
@@ -209,7 +252,7 @@ func run() error {
 
 	all := map[string]*stats{}
 	for _, s := range list {
-		all[s.name()] = &stats{}
+		all[s.name()] = &stats{cpu: map[int][]trial{}}
 	}
 	for r := range *reps {
 		// The lease stores of rackd and dnsmasq wait for fsync: say what
@@ -218,47 +261,137 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("rep %d/%d disk: 4 KiB append + fsync p50 %.2f ms, p99 %.2f ms (%d)\n", r+1, *reps,
-			p50.Seconds()*1e3, p99.Seconds()*1e3, n)
+		fmt.Printf("rep %d/%d disk: 4 KiB append + fsync p50 %.2f ms, p99 %.2f ms (%d); load %s\n", r+1, *reps,
+			p50.Seconds()*1e3, p99.Seconds()*1e3, n, loadavg())
 		order := append(slices.Clone(list[r%len(list):]), list[:r%len(list)]...)
 		for _, s := range order {
-			st := all[s.name()]
-			startRate, factor := b.start, b.factor
-			if r > 0 {
-				// From the best earlier result: a repetition slowed by
-				// other work on the machine should not anchor the next.
-				prev := 0.0
-				for _, t := range st.best {
-					prev = max(prev, t.dora)
-				}
-				if prev > 0 {
-					startRate, factor = int(math.Round(prev)), b.refine
-				}
+			if err := b.repetition(ctx, fmt.Sprintf("rep %d/%d %s", r+1, *reps, s.name()), s, all[s.name()]); err != nil {
+				return err
 			}
-			tag := fmt.Sprintf("rep %d/%d %s", r+1, *reps, s.name())
-			best, err := b.search(ctx, tag, s, startRate, factor)
-			if ctx.Err() != nil {
-				return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+		}
+	}
+	elapsed := time.Since(began)
+
+	med := func(name string, f func(trial) float64, ts func(*stats) []trial) float64 {
+		st := all[name]
+		if st == nil {
+			return 0
+		}
+		var v []float64
+		for _, t := range ts(st) {
+			if t.ok() {
+				v = append(v, f(t))
+			} else {
+				v = append(v, 0)
 			}
-			if err != nil {
-				if b.required[s.name()] {
-					return fmt.Errorf("%s: %w", s.name(), err)
+		}
+		return median(v)
+	}
+	bestOf := func(st *stats) []trial { return st.best }
+	cpuAt := func(rate int) func(*stats) []trial { return func(st *stats) []trial { return st.cpu[rate] } }
+	dora := func(t trial) float64 { return t.dora }
+	cpu := func(t trial) float64 { return t.cpuUs }
+
+	fmt.Printf("\nper repetition (%.1f min):\n", elapsed.Minutes())
+	fmt.Printf("%-8s %4s %9s %7s", "server", "rep", "DORA/s", "loss%")
+	for _, cr := range cpuRates {
+		fmt.Printf(" %16s", fmt.Sprintf("µs/DORA @%d", cr))
+	}
+	fmt.Printf(" %13s\n", "others cores")
+	for _, s := range list {
+		st := all[s.name()]
+		for i, bt := range st.best {
+			fmt.Printf("%-8s %4d %9.0f %7.2f", s.name(), i+1, bt.dora, lossOf(bt))
+			for _, cr := range cpuRates {
+				c := st.cpu[cr][i]
+				cell := "-"
+				if c.ok() {
+					cell = fmt.Sprintf("%.1f", c.cpuUs)
+					if c.rate != cr {
+						cell += fmt.Sprintf(" (@%d)", c.rate)
+					}
 				}
-				fmt.Printf("%s: %v\n", tag, firstLine(err))
-				st.note = firstLine(err)
+				fmt.Printf(" %16s", cell)
 			}
-			st.best = append(st.best, best)
-			if !best.ok() {
-				if err == nil {
-					st.note = fmt.Sprintf("rep %d: no run with < %g%% lost", r+1, b.loss)
-					fmt.Printf("%s: %s\n", tag, st.note)
-				}
-				st.cpu = append(st.cpu, trial{})
-				continue
-			}
-			fmt.Printf("%s: highest rate with < %g%% lost: %.0f DORA/s\n", tag, b.loss, best.dora)
-			rate := min(b.cpuRate, int(best.dora))
-			c, err := b.trial(ctx, s, rate, true)
+			fmt.Printf(" %13s\n", fmt.Sprintf("%.2f", median(b.othersOf(s.name(), i))))
+		}
+	}
+	fmt.Printf("\nmedians of %d repetitions:\n", *reps)
+	for _, s := range list {
+		fmt.Printf("%-8s %6.0f DORA/s", s.name(), med(s.name(), dora, bestOf))
+		for _, cr := range cpuRates {
+			fmt.Printf("  CPU %6.1f µs/DORA @%d", med(s.name(), cpu, cpuAt(cr)), cr)
+		}
+		fmt.Printf("  other work: median %.2f cores, max %.2f\n", median(b.others[s.name()]),
+			slices.Max(append([]float64{0}, b.others[s.name()]...)))
+		if st := all[s.name()]; st.note != "" {
+			fmt.Printf("%-8s note: %s\n", s.name(), st.note)
+		}
+	}
+	fmt.Println("\nperfdhcp latency, ms (min/avg/max/std, medians of the repetitions):")
+	for _, s := range list {
+		st := all[s.name()]
+		fmt.Printf("%-8s %-18s %s\n", s.name(), "highest rate", latency(st.best))
+		for _, cr := range cpuRates {
+			fmt.Printf("%-8s %-18s %s\n", s.name(), fmt.Sprintf("CPU run @%d", cr), latency(st.cpu[cr]))
+		}
+	}
+	fmt.Printf("\nload at end: %s\n", uptime(ctx))
+
+	rk, kd, dm := med("rackd", dora, bestOf), med("kea", dora, bestOf), med("dnsmasq", dora, bestOf)
+	line := fmt.Sprintf("RESULT dhcp_dora_per_s=%.0f kea_dora_per_s=%.0f dnsmasq_dora_per_s=%.0f ratio_kea=%.2f ratio_dnsmasq=%.2f",
+		rk, kd, dm, div(rk, kd), div(rk, dm))
+	for i, cr := range cpuRates {
+		rc, kc := med("rackd", cpu, cpuAt(cr)), med("kea", cpu, cpuAt(cr))
+		suffix := fmt.Sprintf("_%d", cr)
+		if i == 0 {
+			suffix = "" // the keys the first CPU rate always had
+		}
+		line += fmt.Sprintf(" cpu_us_per_dora%s=%.1f kea_cpu_us_per_dora%s=%.1f cpu_ratio_kea%s=%.2f",
+			suffix, rc, suffix, kc, suffix, div(kc, rc))
+	}
+	fmt.Println(line)
+	return nil
+}
+
+// repetition runs one repetition for s: the search, then the CPU runs.
+func (b *bench) repetition(ctx context.Context, tag string, s server, st *stats) error {
+	best, err := b.search(ctx, tag, s)
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+	}
+	if err != nil {
+		if b.required[s.name()] {
+			return fmt.Errorf("%s: %w", s.name(), err)
+		}
+		fmt.Printf("%s: %v\n", tag, firstLine(err))
+		st.note = firstLine(err)
+	}
+	st.best = append(st.best, best)
+	if b.steps > 0 && !best.ok() {
+		if err == nil {
+			st.note = fmt.Sprintf("no run with < %g%% lost", b.loss)
+			fmt.Printf("%s: %s\n", tag, st.note)
+		}
+		for _, cr := range b.cpuRates {
+			st.cpu[cr] = append(st.cpu[cr], trial{})
+		}
+		return nil
+	}
+	if b.steps > 0 {
+		fmt.Printf("%s: highest rate with < %g%% lost: %.0f DORA/s\n", tag, b.loss, best.dora)
+	}
+	done := map[int]trial{}
+	for _, cr := range b.cpuRates {
+		rate := cr
+		if b.steps > 0 && best.dora < 0.9*float64(cr) {
+			// Far below its limit: a run at cr would measure an overloaded
+			// server, not the cost of a DORA.
+			rate = int(best.dora)
+		}
+		c, ok := done[rate]
+		if !ok {
+			c, err = b.trial(ctx, s, rate, true)
 			if ctx.Err() != nil {
 				return fmt.Errorf("interrupted: %w", context.Cause(ctx))
 			}
@@ -272,73 +405,35 @@ func run() error {
 			} else {
 				fmt.Printf("%s cpu -r %d: %s\n", tag, c.rate, c.line(b.period))
 			}
-			st.cpu = append(st.cpu, c)
+			done[rate] = c
 		}
+		st.cpu[cr] = append(st.cpu[cr], c)
 	}
-
-	med := func(name string, f func(trial) float64, src func(*stats) []trial) float64 {
-		st := all[name]
-		if st == nil {
-			return 0
-		}
-		var v []float64
-		for _, t := range src(st) {
-			if t.ok() {
-				v = append(v, f(t))
-			} else {
-				v = append(v, 0)
-			}
-		}
-		return median(v)
-	}
-	bestOf := func(st *stats) []trial { return st.best }
-	cpuOf := func(st *stats) []trial { return st.cpu }
-	dora := func(t trial) float64 { return t.dora }
-	cpu := func(t trial) float64 { return t.cpuUs }
-
-	fmt.Printf("\nmedians of %d repetitions (%.1f min):\n", *reps, time.Since(began).Minutes())
-	for _, s := range list {
-		st := all[s.name()]
-		var rates, cpus []string
-		for i := range st.best {
-			rates = append(rates, fmt.Sprintf("%.0f", st.best[i].dora))
-			cpus = append(cpus, fmt.Sprintf("%.1f@%d/s", st.cpu[i].cpuUs, st.cpu[i].rate))
-		}
-		fmt.Printf("%-7s %6.0f DORA/s [%s]  CPU %6.1f µs/DORA [%s]  other work: median %.2f cores, max %.2f\n", s.name(),
-			med(s.name(), dora, bestOf), strings.Join(rates, " "),
-			med(s.name(), cpu, cpuOf), strings.Join(cpus, " "), median(b.others[s.name()]), slices.Max(append([]float64{0}, b.others[s.name()]...)))
-		if st.note != "" {
-			fmt.Printf("%-7s note: %s\n", s.name(), st.note)
-		}
-	}
-	fmt.Println("\nperfdhcp latency, ms (min/avg/max/std, medians of the repetitions):")
-	for _, s := range list {
-		st := all[s.name()]
-		fmt.Printf("%-7s at its highest rate: %s\n", s.name(), latency(st.best))
-		fmt.Printf("%-7s at the CPU run's rate: %s\n", s.name(), latency(st.cpu))
-	}
-
-	rk, kd, dm := med("rackd", dora, bestOf), med("kea", dora, bestOf), med("dnsmasq", dora, bestOf)
-	rc, kc := med("rackd", cpu, cpuOf), med("kea", cpu, cpuOf)
-	fmt.Printf("RESULT dhcp_dora_per_s=%.0f kea_dora_per_s=%.0f dnsmasq_dora_per_s=%.0f ratio_kea=%.2f ratio_dnsmasq=%.2f cpu_us_per_dora=%.1f kea_cpu_us_per_dora=%.1f cpu_ratio_kea=%.2f\n",
-		rk, kd, dm, div(rk, kd), div(rk, dm), rc, kc, div(kc, rc))
 	return nil
 }
 
+// othersOf is the other work's cores during the runs of repetition i of
+// server name.
+func (b *bench) othersOf(name string, i int) []float64 {
+	per := b.runsPerRep[name]
+	if i >= len(per) {
+		return nil
+	}
+	return per[i]
+}
+
 // search looks for the highest rate s sustains with less than b.loss % of
-// DORAs lost, in at most b.steps runs: from startRate it steps up (or down)
-// by factor, the step growing by factor each time up to ×2, until it has a
-// passing and a failing rate, then bisects (geometrically) between them. A run passes when perfdhcp sent what was
-// asked (within 5 %: otherwise the load generator is the limit) and less
-// than b.loss % was lost. It returns the run with the most DORAs per second
-// among those with less than b.loss % lost (zero if none).
-func (b *bench) search(ctx context.Context, tag string, s server, startRate int, factor float64) (trial, error) {
+// DORAs lost, in at most b.steps runs of the ladder (the same for every
+// server). A run passes when perfdhcp sent what was asked (within 5 %:
+// otherwise the load generator is the limit) and less than b.loss % was
+// lost. It returns the run with the most DORAs per second among those with
+// less than b.loss % lost (zero if none).
+func (b *bench) search(ctx context.Context, tag string, s server) (trial, error) {
 	var best trial
-	lo, hi := 0, 0 // highest passing, lowest failing rate; 0 unknown
-	r := startRate
-	step := factor // grows while the runs keep passing (failing), up to 2
+	b.newRep(s.name())
+	l := newLadder(b.start, b.minRate, b.maxRate, b.factor, b.res)
 	for range b.steps {
-		r = max(b.minRate, min(b.maxRate, r))
+		r := l.rate()
 		t, err := b.trial(ctx, s, r, false)
 		if err != nil {
 			return best, err
@@ -360,34 +455,40 @@ func (b *bench) search(ctx context.Context, tag string, s server, startRate int,
 		if t.rep.do.received == 0 {
 			return best, fmt.Errorf("not answering (no OFFER at %d/s)", r)
 		}
-		if pass {
-			lo = r
-		} else {
-			hi = r
+		if !l.record(pass) {
+			break
 		}
-		next := r
-		switch {
-		case hi == 0:
-			if r >= b.maxRate {
-				return best, nil
-			}
-			next = int(math.Round(float64(r) * step))
-			step = min(2, step*factor)
-		case lo == 0:
-			if r <= b.minRate {
-				return best, nil
-			}
-			next = int(math.Round(float64(r) / step))
-			step = min(2, step*factor)
-		default:
-			next = int(math.Round(math.Sqrt(float64(lo) * float64(hi))))
-			if float64(hi)/float64(lo) < 1.03 || next == lo || next == hi {
-				return best, nil
-			}
-		}
-		r = next
 	}
 	return best, nil
+}
+
+func lossOf(t trial) float64 {
+	if !t.ok() {
+		return math.NaN()
+	}
+	return t.rep.lossPct()
+}
+
+// uptime is what uptime(1) says: the load averages of the machine.
+func uptime(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "uptime").Output()
+	if err != nil {
+		return "load average " + loadavg()
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// loadavg is /proc/loadavg's 1, 5 and 15 minute load averages.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // trial starts s with an empty lease database, runs perfdhcp at rate
@@ -399,7 +500,7 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 		return trial{}, err
 	}
 	defer os.RemoveAll(dir)
-	p, err := s.start(ctx, dir)
+	p, err := s.start(ctx, dir, rate)
 	if err != nil {
 		return trial{}, err
 	}
@@ -409,6 +510,10 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 			p.Stop(10 * time.Second)
 		}
 	}()
+	rb0, err := udpRcvbufErrors(ctx, b.t.Cli)
+	if err != nil {
+		return trial{}, err
+	}
 	m0, err := benchns.MachineTicks()
 	if err != nil {
 		return trial{}, err
@@ -431,10 +536,15 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 	if err != nil {
 		return trial{}, err
 	}
+	rb1, err := udpRcvbufErrors(ctx, b.t.Cli)
+	if err != nil {
+		return trial{}, err
+	}
 	if b.verbose {
 		fmt.Print(rep.raw)
 	}
-	t := trial{rate: rate, rep: rep, dora: float64(rep.acks()) / float64(b.period), cpuUs: math.NaN(), leases: -1}
+	t := trial{rate: rate, rep: rep, dora: float64(rep.acks()) / float64(b.period), cpuUs: math.NaN(), leases: -1,
+		cliDrops: rb1 - rb0}
 	if rep.acks() > 0 {
 		t.cpuUs = float64(c1-c0) * 1e6 / benchns.UserHZ / float64(rep.acks())
 	}
@@ -442,6 +552,9 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 	t.genCores = rep.cpu.Seconds() / wall
 	t.otherCores = max(0, float64(m1-m0)/benchns.UserHZ/wall-t.srvCores-t.genCores)
 	b.others[s.name()] = append(b.others[s.name()], t.otherCores)
+	if per := b.runsPerRep[s.name()]; len(per) > 0 {
+		per[len(per)-1] = append(per[len(per)-1], t.otherCores)
+	}
 	if count {
 		if n, err := s.leases(ctx, dir); err != nil {
 			fmt.Printf("%s: counting leases: %v\n", s.name(), err)
@@ -457,9 +570,9 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 }
 
 func (t trial) line(period int) string {
-	s := fmt.Sprintf("%d DORAs in %ds = %.0f/s, lost %.2f%% (answered: DO %d/%d, RA %d/%d), avg DO %.2f RA %.2f ms, CPU %.1f µs/DORA; cores: server %.2f, perfdhcp %.2f, others %.2f",
+	s := fmt.Sprintf("%d DORAs in %ds = %.0f/s, lost %.2f%% (answered: DO %d/%d, RA %d/%d; dropped at perfdhcp's full socket %d), avg DO %.2f RA %.2f ms, CPU %.1f µs/DORA; cores: server %.2f, perfdhcp %.2f, others %.2f",
 		t.rep.acks(), period, t.dora, t.rep.lossPct(), t.rep.do.received, t.rep.do.sent,
-		t.rep.ra.received, t.rep.ra.sent, t.rep.do.avg, t.rep.ra.avg, t.cpuUs,
+		t.rep.ra.received, t.rep.ra.sent, t.cliDrops, t.rep.do.avg, t.rep.ra.avg, t.cpuUs,
 		t.srvCores, t.genCores, t.otherCores)
 	if t.leases >= 0 {
 		s += fmt.Sprintf(", %d leases stored", t.leases)

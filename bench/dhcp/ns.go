@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"rackd/bench/internal/benchns"
 )
 
 // The served subnet. perfdhcp, given the server's unicast address, acts as
@@ -72,4 +76,38 @@ func fsyncLatency(dir string, n int, limit time.Duration) (p50, p99 time.Duratio
 	}
 	slices.Sort(d)
 	return d[len(d)/2], d[(len(d)*99)/100], len(d), nil
+}
+
+// udpRcvbufErrors is the RcvbufErrors counter of UDP in namespace ns
+// (/proc/net/snmp as seen from inside it): datagrams that arrived for a
+// socket whose receive buffer was full. In the client namespace these are
+// replies that reached perfdhcp's socket faster than perfdhcp read them.
+func udpRcvbufErrors(ctx context.Context, ns string) (int64, error) {
+	out, err := benchns.Command(ctx, "ip", "netns", "exec", ns, "cat", "/proc/net/snmp")
+	if err != nil {
+		return 0, fmt.Errorf("read /proc/net/snmp in %s: %v: %s", ns, err, out)
+	}
+	return parseRcvbufErrors(string(out))
+}
+
+// parseRcvbufErrors reads RcvbufErrors from /proc/net/snmp's two "Udp:"
+// lines (names, then values).
+func parseRcvbufErrors(snmp string) (int64, error) {
+	var names []string
+	for _, line := range strings.Split(snmp, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		i := slices.Index(names, "RcvbufErrors")
+		if i < 0 || i >= len(f) {
+			break
+		}
+		return strconv.ParseInt(f[i], 10, 64)
+	}
+	return 0, fmt.Errorf("no Udp RcvbufErrors in /proc/net/snmp")
 }

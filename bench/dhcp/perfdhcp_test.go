@@ -107,3 +107,20 @@ func TestParsePerfdhcp(t *testing.T) {
 		t.Error("no statistics: want an error")
 	}
 }
+
+func TestParseRcvbufErrors(t *testing.T) {
+	const snmp = `Ip: Forwarding DefaultTTL
+Ip: 1 64
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+Udp: 28603 3 995 29615 990 0 0 0 0
+UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+UdpLite: 0 0 0 0 7 0 0 0 0
+`
+	n, err := parseRcvbufErrors(snmp)
+	if err != nil || n != 990 {
+		t.Errorf("got %d, %v; want 990", n, err)
+	}
+	if _, err := parseRcvbufErrors("Ip: 1 64\n"); err == nil {
+		t.Error("no Udp lines: want an error")
+	}
+}

@@ -21,7 +21,8 @@ import (
 // is answering; leases counts the leases it holds in its durable store.
 type server interface {
 	name() string
-	start(ctx context.Context, dir string) (*benchns.Proc, error)
+	// rate is the run's rate, for the names of what the run leaves (profiles).
+	start(ctx context.Context, dir string, rate int) (*benchns.Proc, error)
 	leases(ctx context.Context, dir string) (int, error)
 }
 
@@ -97,7 +98,7 @@ func (k kea) check(ctx context.Context, dir string) error {
 	return nil
 }
 
-func (k kea) start(ctx context.Context, dir string) (*benchns.Proc, error) {
+func (k kea) start(ctx context.Context, dir string, _ int) (*benchns.Proc, error) {
 	cfg, err := k.config(dir)
 	if err != nil {
 		return nil, err
@@ -144,7 +145,7 @@ type dnsmasq struct{ t *benchns.Topology }
 
 func (dnsmasq) name() string { return "dnsmasq" }
 
-func (d dnsmasq) start(ctx context.Context, dir string) (*benchns.Proc, error) {
+func (d dnsmasq) start(ctx context.Context, dir string, _ int) (*benchns.Proc, error) {
 	p, err := benchns.StartProc(d.t.Srv, -1, nil, "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
 		"--port=0", "--user=root", "--group=root", "--interface="+d.t.SrvIf, "--bind-dynamic",
 		fmt.Sprintf("--dhcp-range=%s,%s,%s,1h", poolStart, poolEnd, poolMask),
@@ -175,16 +176,20 @@ func (d dnsmasq) leases(_ context.Context, dir string) (int, error) {
 // which listens on loopback inside the server namespace; the namespace is
 // the bench's own, so a fixed port is free.
 type rackd struct {
-	t   *benchns.Topology
-	bin string
+	t     *benchns.Topology
+	label string // rackd, or rackd-b for the second binary of an A/B comparison
+	bin   string
 	// extra is appended to the [dhcp] section of rackd's config (tuning
 	// experiments, e.g. commit_delay = "4ms").
 	extra string
+	// profDir, when set, is where each run writes a CPU profile
+	// (RACKD_CPUPROFILE), named by label, rate and start time.
+	profDir string
 }
 
 const rackdAPI = "127.0.0.1:5240"
 
-func (rackd) name() string { return "rackd" }
+func (r rackd) name() string { return r.label }
 
 func (r rackd) client() *http.Client {
 	return &http.Client{Timeout: 30 * time.Second,
@@ -197,13 +202,18 @@ listen = ["` + benchns.ServerIP + `:67"]
 probe_timeout = "0s"
 `
 
-func (r rackd) start(ctx context.Context, dir string) (*benchns.Proc, error) {
+func (r rackd) start(ctx context.Context, dir string, rate int) (*benchns.Proc, error) {
 	cfg := filepath.Join(dir, "rackd.toml")
 	if err := os.WriteFile(cfg, []byte(rackdConfig+r.extra+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	state := filepath.Join(dir, "state")
-	p, err := benchns.StartProc(r.t.Srv, -1, nil, r.bin, "serve", "--config", cfg, "--state-dir", state,
+	var env []string
+	if r.profDir != "" {
+		env = append(env, "RACKD_CPUPROFILE="+filepath.Join(r.profDir,
+			fmt.Sprintf("%s-%d-%s.pprof", r.label, rate, time.Now().Format("150405"))))
+	}
+	p, err := benchns.StartProc(r.t.Srv, -1, env, r.bin, "serve", "--config", cfg, "--state-dir", state,
 		"--listen", rackdAPI, "--log-level", "warn")
 	if err != nil {
 		return nil, err
