@@ -112,7 +112,7 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 		OnCommit:      a.metrics.onCommit,
 		IPAM: store.IPAMOptions{OfferHold: time.Duration(cfg.IPAM.OfferHold), PXELease: time.Duration(cfg.IPAM.PXELease),
 			Quarantine: time.Duration(cfg.IPAM.Quarantine), StickyOnCommission: &sticky,
-			LeaseCommitDelay: commitDelay(cfg.DHCP.CommitDelay)},
+			LeaseCommitDelay: commitDelay(cfg.DHCP.CommitDelay), LeaseCommitBatch: cfg.DHCP.CommitBatch},
 	})
 	if err != nil {
 		return nil, err

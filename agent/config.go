@@ -70,6 +70,7 @@ type Config struct {
 		Queue        int      `toml:"queue"`
 		ProbeTimeout Duration `toml:"probe_timeout"`
 		CommitDelay  Duration `toml:"commit_delay"`
+		CommitBatch  int      `toml:"commit_batch"`
 		NextServer   string   `toml:"next_server"`
 		HTTPURL      string   `toml:"http_url"`
 	} `toml:"dhcp"`
@@ -182,6 +183,9 @@ func (c Config) Validate() error {
 	}
 	if c.DHCP.Workers < 0 || c.DHCP.Queue < 1 {
 		errs = append(errs, errors.New("dhcp.workers must be >= 0 and dhcp.queue >= 1"))
+	}
+	if c.DHCP.CommitBatch < 1 {
+		errs = append(errs, errors.New("dhcp.commit_batch must be at least 1"))
 	}
 	if _, _, err := c.dhcpAddrs(); err != nil {
 		errs = append(errs, err)

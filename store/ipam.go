@@ -30,6 +30,14 @@ type IPAMOptions struct {
 	// load: one waits for company until this long after the previous
 	// commit (see updateLazy). Default 10ms; negative: none.
 	LeaseCommitDelay time.Duration
+	// LeaseCommitBatch bounds that wait by count: once this many
+	// operations wait for the commit, it starts without waiting for the
+	// delay. Every lease in a commit is answered in one burst when the
+	// commit is durable; a burst larger than the receive buffer of the
+	// relay or client it goes to (about 160 replies in Linux's default
+	// 208 KiB) is partly dropped there. Under load this keeps bursts
+	// about this size and commits back to back. Default 64.
+	LeaseCommitBatch int
 	// StickyOnCommission gives a machine's boot interface a sticky address
 	// when its hardware becomes known (commissioning succeeds, or it is
 	// created READY). Default on; see DefaultIPAM.
@@ -40,7 +48,7 @@ type IPAMOptions struct {
 func DefaultIPAM() IPAMOptions {
 	on := true
 	return IPAMOptions{OfferHold: 30 * time.Second, PXELease: 10 * time.Minute, Quarantine: time.Hour,
-		LeaseCommitDelay: 10 * time.Millisecond, StickyOnCommission: &on}
+		LeaseCommitDelay: 10 * time.Millisecond, LeaseCommitBatch: 64, StickyOnCommission: &on}
 }
 
 func (o IPAMOptions) withDefaults() IPAMOptions {
@@ -53,6 +61,9 @@ func (o IPAMOptions) withDefaults() IPAMOptions {
 	}
 	if o.Quarantine <= 0 {
 		o.Quarantine = d.Quarantine
+	}
+	if o.LeaseCommitBatch <= 0 {
+		o.LeaseCommitBatch = d.LeaseCommitBatch
 	}
 	if o.LeaseCommitDelay == 0 {
 		o.LeaseCommitDelay = d.LeaseCommitDelay
@@ -155,6 +166,10 @@ type ipamState struct {
 	// replayed by the committer) is offered the same address, not another.
 	held   map[heldKey]netip.Addr
 	cursor map[netip.Prefix]netip.Addr
+	// sweepAt is the number of offers at which hold next sweeps out the
+	// expired ones (see hold); sweeps counts the sweeps.
+	sweepAt int
+	sweeps  int
 	// macs indexes addresses by MAC (see macIndex).
 	macs macIndex
 }
@@ -234,15 +249,26 @@ func (st *ipamState) hold(ip netip.Addr, mac string, subnet netip.Prefix, now ti
 	st.drop(ip)
 	st.offers[ip] = offer{mac: mac, subnet: subnet, expires: now.Add(st.opts.OfferHold)}
 	st.held[k] = ip
-	// Forget expired offers now and then so the map cannot grow for ever.
-	if len(st.offers) > 4096 {
+	// Forget expired offers now and then so the map cannot grow for ever:
+	// when it has doubled since the last sweep. A sweep on every offer
+	// past a fixed size cost a walk of the whole map per DHCPDISCOVER
+	// whenever many offers were outstanding (a storm, clients whose
+	// REQUEST was lost, all held for OfferHold), which is when the
+	// server can least afford it; doubling makes it constant per offer.
+	if len(st.offers) > max(minSweep, st.sweepAt) {
 		for k, o := range st.offers {
 			if !now.Before(o.expires) {
 				st.drop(k)
 			}
 		}
+		st.sweepAt = 2 * len(st.offers)
+		st.sweeps++
 	}
 }
+
+// minSweep is the number of offers below which expired ones are not swept
+// (each is also dropped when its address or client is looked at).
+const minSweep = 4096
 
 // unhold forgets the offer of ip and whatever mac was offered in subnet.
 func (st *ipamState) unhold(ip netip.Addr, mac string, subnet netip.Prefix) {

@@ -155,7 +155,7 @@ func (s *Store) DHCPAck(ctx context.Context, req LeaseRequest) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
-	err = s.updateLazy(ctx, s.ipam.opts.LeaseCommitDelay, fn)
+	err = s.updateLazy(ctx, s.leasePatience(), fn)
 	return *g, err
 }
 
@@ -168,13 +168,19 @@ func (s *Store) DHCPAckAsync(ctx context.Context, req LeaseRequest, done func(Gr
 	if err != nil {
 		return err
 	}
-	return s.updateAsync(ctx, s.ipam.opts.LeaseCommitDelay, fn, func(err error) {
+	return s.updateAsync(ctx, s.leasePatience(), fn, func(err error) {
 		if err != nil {
 			done(Grant{}, err)
 			return
 		}
 		done(*g, nil)
 	})
+}
+
+// leasePatience is how long, and for how many others, a DHCP
+// acknowledgement waits to share its commit.
+func (s *Store) leasePatience() patience {
+	return patience{delay: s.ipam.opts.LeaseCommitDelay, batch: s.ipam.opts.LeaseCommitBatch}
 }
 
 // dhcpAck is the operation of DHCPAck and where it puts the grant.

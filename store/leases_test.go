@@ -896,6 +896,43 @@ func TestLeaseCommitPacing(t *testing.T) {
 	}
 }
 
+// TestLeaseCommitBatch: leases that would wait for company (here up to an
+// hour) commit as soon as LeaseCommitBatch of them wait, all in one commit,
+// with no impatient operation to end the wait.
+func TestLeaseCommitBatch(t *testing.T) {
+	const batch = 8
+	ops := make(chan int, 16)
+	s, _ := newIPAM(t, []store.Subnet{lab()}, func(o *store.Options) {
+		o.IPAM.LeaseCommitDelay = time.Hour
+		o.IPAM.LeaseCommitBatch = batch
+		o.OnCommit = func(n int, _ time.Duration) { ops <- n }
+	})
+	for len(ops) > 0 {
+		<-ops // the subnet's commit: the leases below wait for company
+	}
+	done := make(chan error, batch)
+	for i := range batch {
+		req := store.LeaseRequest{MAC: fmt.Sprintf("02:00:00:00:01:%02x", i), Link: link, IP: addr(fmt.Sprintf("10.0.0.%d", 100+i))}
+		if err := s.DHCPAckAsync(bg, req, func(_ store.Grant, err error) { done <- err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.After(30 * time.Second)
+	for range batch {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			t.Fatalf("%d leases waiting did not start their commit", batch)
+		}
+	}
+	if n := <-ops; n != batch {
+		t.Errorf("the leases took a commit of %d operations, want one of %d", n, batch)
+	}
+}
+
 // TestLeaseCommitAfterQuiet: once the previous commit is longer ago than
 // the delay, a lease commits without waiting. (Counted from the lease's
 // arrival instead, the delay would hold it back a further 3 s.)

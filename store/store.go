@@ -183,7 +183,10 @@ type Store struct {
 	stop    chan struct{}
 	stopped chan struct{}
 	// urgent wakes a committer that sleeps to a commit deadline (nudge).
-	urgent  chan struct{}
+	urgent chan struct{}
+	// waiting counts the operations queued and not yet taken into a
+	// commit (nudge).
+	waiting atomic.Int64
 	closeMu sync.Once
 
 	// powerNotify is told about machines with new power requests.
@@ -198,6 +201,7 @@ type op struct {
 	fn    func(*Tx) error
 	done  chan error
 	delay time.Duration // how long it may wait for others to share its commit
+	batch int           // for at most this many (0: no bound but MaxBatch)
 	// then, when set, is called with the outcome instead of sending it on
 	// done, on the committer's goroutine (see updateAsync).
 	then func(error)
@@ -454,22 +458,32 @@ func (t *Tx) afterCommit(fn func()) { t.after = append(t.after, fn) }
 // durable (or fn refused). A cancelled ctx stops the operation only if it has
 // not started: once fn has run, its outcome is reported whatever ctx says.
 func (s *Store) update(ctx context.Context, fn func(*Tx) error) error {
-	return s.updateLazy(ctx, 0, fn)
+	return s.updateLazy(ctx, patience{}, fn)
+}
+
+// patience is how long an operation may wait for others to share its
+// commit: until delay after the previous commit ended, and only while fewer
+// than batch operations wait (0: no bound but MaxBatch).
+type patience struct {
+	delay time.Duration
+	batch int
 }
 
 // updateLazy is update for an operation that may wait for others to share
-// its commit, until delay after the previous commit ended. A DHCP server
-// acknowledging a few thousand leases a second pays one fsync'd commit per
-// lease when each commits at once; spacing commits a few milliseconds apart
-// under load lets many share one, at a latency no DHCP client notices (they
-// wait seconds), while a lone lease after a quiet spell commits at once. An
+// its commit (see patience). A DHCP server acknowledging a few thousand
+// leases a second pays one fsync'd commit per lease when each commits at
+// once; spacing commits a few milliseconds apart under load lets many share
+// one, at a latency no DHCP client notices (they wait seconds), while a
+// lone lease after a quiet spell commits at once. Once batch of them wait,
+// the commit starts at once: at high rates commits follow each other
+// back to back, each taking what arrived during the one before. An
 // operation with no delay (an API call) ends the wait of the batch it joins.
-func (s *Store) updateLazy(ctx context.Context, delay time.Duration, fn func(*Tx) error) error {
+func (s *Store) updateLazy(ctx context.Context, p patience, fn func(*Tx) error) error {
 	if s.opts.ReadOnly {
 		// Nobody reads s.ops: queueing would wait forever.
 		return ErrReadOnly
 	}
-	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1), delay: delay}
+	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1), delay: p.delay, batch: p.batch}
 	select {
 	case <-s.stop:
 		return ErrClosed
@@ -506,11 +520,11 @@ func (s *Store) updateLazy(ctx context.Context, delay time.Duration, fn func(*Tx
 // returns an error, and then is never called, when fn could not be queued.
 // An operation queued as the store closes may never run; its then is not
 // called either.
-func (s *Store) updateAsync(ctx context.Context, delay time.Duration, fn func(*Tx) error, then func(error)) error {
+func (s *Store) updateAsync(ctx context.Context, p patience, fn func(*Tx) error, then func(error)) error {
 	if s.opts.ReadOnly {
 		return ErrReadOnly
 	}
-	o := &op{ctx: ctx, fn: fn, delay: delay, then: then}
+	o := &op{ctx: ctx, fn: fn, delay: p.delay, batch: p.batch, then: then}
 	select {
 	case <-s.stop:
 		return ErrClosed
@@ -528,10 +542,12 @@ func (s *Store) updateAsync(ctx context.Context, delay time.Duration, fn func(*T
 }
 
 // nudgeFor wakes the committer for a queued operation that cannot wait, or
+// that makes the operations waiting as many as it waits for at most, or
 // when the queue is half full: patient operations do not wake it one by
 // one while it sleeps to its commit deadline.
 func (s *Store) nudgeFor(o *op) {
-	if o.delay <= 0 || len(s.ops) >= cap(s.ops)/2 {
+	n := s.waiting.Add(1)
+	if o.delay <= 0 || (o.batch > 0 && n >= int64(o.batch)) || len(s.ops) >= cap(s.ops)/2 {
 		select {
 		case s.urgent <- struct{}{}:
 		default:
@@ -570,8 +586,8 @@ func (s *Store) commitLoop() {
 		}
 		// Take what is queued; then, if every operation so far can wait,
 		// wait (up to the least patient one's delay after the previous
-		// commit) for company.
-		wait := batch[0].delay
+		// commit, while fewer wait than it waits for) for company.
+		wait, upTo := batch[0].delay, bound(batch[0].batch, s.opts.MaxBatch)
 		var timer *time.Timer
 	drain:
 		for len(batch) < s.opts.MaxBatch {
@@ -579,10 +595,11 @@ func (s *Store) commitLoop() {
 			case o := <-s.ops:
 				batch = append(batch, o)
 				wait = min(wait, o.delay)
+				upTo = min(upTo, bound(o.batch, s.opts.MaxBatch))
 				continue
 			default:
 			}
-			if wait <= 0 {
+			if wait <= 0 || len(batch) >= upTo {
 				break
 			}
 			left := time.Until(lastEnd.Add(wait))
@@ -608,9 +625,19 @@ func (s *Store) commitLoop() {
 		if timer != nil {
 			timer.Stop()
 		}
+		// Operations queued from here on wait for the next commit.
+		s.waiting.Add(-int64(len(batch)))
 		s.commit(batch)
 		lastEnd = time.Now()
 	}
+}
+
+// bound is an operation's batch bound, 0 meaning max.
+func bound(batch, max int) int {
+	if batch <= 0 {
+		return max
+	}
+	return min(batch, max)
 }
 
 // errReplay aborts a shared transaction whose operation failed after writing.
