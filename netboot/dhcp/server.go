@@ -280,8 +280,13 @@ type receiver interface {
 // read serves the packets of one socket until it is closed. It parses
 // each and answers itself what needs no wait (most DHCPDISCOVERs, INFORM):
 // handing those to a worker would cost more than answering them. What waits
-// on a durable commit or an ARP probe is queued for the workers.
+// on a durable commit or an ARP probe is queued for the workers. A socket
+// that reads and writes in batches (recvmmsg, sendmmsg) is served by
+// readBatched.
 func (s *Server) read(ctx context.Context, c Conn) error {
+	if ok, err := s.readBatched(ctx, c); ok {
+		return err
+	}
 	buf := make([]byte, maxPacket)
 	recv := func(b []byte) (int, error) {
 		n, _, err := c.PC.ReadFrom(b)
@@ -298,51 +303,56 @@ func (s *Server) read(ctx context.Context, c Conn) error {
 			}
 			return fmt.Errorf("dhcp: read on %s %v: %w", c.In.Name, c.In.Addr, err)
 		}
-		at := time.Now()
-		// parseRequest copies what it keeps, so buf is free again at once.
-		req, err := parseRequest(buf[:n])
-		if err != nil {
-			s.m.received.WithLabelValues(typeInvalid).Inc()
-			s.m.drop(reasonMalformed)
-			s.log.Debug("dhcp: unparseable packet", "interface", c.In.Name, "len", n, "err", err)
-			continue
-		}
-		j := job{req: req, typ: typeLabel(messageType(req)), conn: c, at: at}
-		s.m.received.WithLabelValues(j.typ).Inc()
-		if s.async != nil && messageType(req) == dhcpv4.MessageTypeRequest {
-			// Answered from the durable commit's completion: no worker
-			// waits for it. As many may be pending as workers and queue
-			// could hold; beyond that they are dropped, and counted.
-			select {
-			case s.pending <- struct{}{}:
-			default:
-				s.m.drop(reasonQueueFull)
-				continue
-			}
-			s.acks.Add(1)
-			err := s.h.requestAsync(ctx, req, c.In, s.async, func(reply *dhcpv4.DHCPv4, err error) {
-				s.finish(ctx, j, reply, err)
-				<-s.pending
-				s.acks.Done()
-			})
-			if err != nil {
-				s.finish(ctx, j, nil, err)
-				<-s.pending
-				s.acks.Done()
-			}
-			continue
-		}
-		reply, err := s.h.serve(ctx, req, c.In, false)
-		if !errors.Is(err, errWouldBlock) {
-			s.finish(ctx, j, reply, err)
-			continue
-		}
-		j.handover = err
+		s.packet(ctx, c, buf[:n], time.Now(), nil)
+	}
+}
+
+// packet serves one datagram that arrived at at on c. The replies the
+// reader sends itself go to out (nil: sent at once).
+func (s *Server) packet(ctx context.Context, c Conn, pkt []byte, at time.Time, out *outbox) {
+	// parseRequest copies what it keeps, so pkt's buffer is free again at once.
+	req, err := parseRequest(pkt)
+	if err != nil {
+		s.m.received.WithLabelValues(typeInvalid).Inc()
+		s.m.drop(reasonMalformed)
+		s.log.Debug("dhcp: unparseable packet", "interface", c.In.Name, "len", len(pkt), "err", err)
+		return
+	}
+	j := job{req: req, typ: typeLabel(messageType(req)), conn: c, at: at}
+	s.m.received.WithLabelValues(j.typ).Inc()
+	if s.async != nil && messageType(req) == dhcpv4.MessageTypeRequest {
+		// Answered from the durable commit's completion: no worker
+		// waits for it. As many may be pending as workers and queue
+		// could hold; beyond that they are dropped, and counted.
 		select {
-		case s.jobs <- j:
+		case s.pending <- struct{}{}:
 		default:
 			s.m.drop(reasonQueueFull)
+			return
 		}
+		s.acks.Add(1)
+		err := s.h.requestAsync(ctx, req, c.In, s.async, func(reply *dhcpv4.DHCPv4, err error) {
+			s.finish(ctx, j, reply, err)
+			<-s.pending
+			s.acks.Done()
+		})
+		if err != nil {
+			s.finishTo(ctx, j, nil, err, out)
+			<-s.pending
+			s.acks.Done()
+		}
+		return
+	}
+	reply, err := s.h.serve(ctx, req, c.In, false)
+	if !errors.Is(err, errWouldBlock) {
+		s.finishTo(ctx, j, reply, err, out)
+		return
+	}
+	j.handover = err
+	select {
+	case s.jobs <- j:
+	default:
+		s.m.drop(reasonQueueFull)
 	}
 }
 
@@ -357,6 +367,11 @@ func (s *Server) handle(ctx context.Context, j job) {
 // finish sends the reply to a handled request, or accounts for why there is
 // none.
 func (s *Server) finish(ctx context.Context, j job, reply *dhcpv4.DHCPv4, err error) {
+	s.finishTo(ctx, j, reply, err, nil)
+}
+
+// finishTo is finish with the reply queued to out (nil: sent at once).
+func (s *Server) finishTo(ctx context.Context, j job, reply *dhcpv4.DHCPv4, err error, out *outbox) {
 	in, req, typ := j.conn.In, j.req, j.typ
 	debug := s.log.Enabled(ctx, slog.LevelDebug)
 	switch {
@@ -383,7 +398,12 @@ func (s *Server) finish(ctx context.Context, j job, reply *dhcpv4.DHCPv4, err er
 	}
 	defer recycle(reply) // the server's own reply: nothing else holds it
 	dst := replyAddr(req, reply)
-	if err := send(j.conn.PC, reply, dst); err != nil {
+	if out != nil {
+		err = out.add(ctx, reply, dst)
+	} else {
+		err = send(j.conn.PC, reply, dst)
+	}
+	if err != nil {
 		s.m.observe(typ, outcomeError, 0, false)
 		if ctx.Err() == nil {
 			s.log.Warn("dhcp: send reply", "type", typ, "mac", req.ClientHWAddr.String(), "to", dst, "err", err)
