@@ -4,7 +4,7 @@
 // but does not fsync it), in the same run on the same machine (`make bench-dhcp`, as root). It prints
 // progress, perfdhcp's latency figures per server, then one line:
 //
-//	RESULT dhcp_dora_per_s=<n> kea_dora_per_s=<n> dnsmasq_dora_per_s=<n> ratio_kea=<rackd/kea> ratio_dnsmasq=<rackd/dnsmasq> cpu_us_per_dora=<n> kea_cpu_us_per_dora=<n> cpu_ratio_kea=<kea/rackd>
+//	RESULT dhcp_dora_per_s=<n> kea_dora_per_s=<n> dnsmasq_dora_per_s=<n> ratio_kea=<rackd/kea> ratio_dnsmasq=<rackd/dnsmasq> cpu_us_per_dora=<n> kea_cpu_us_per_dora=<n> cpu_ratio_kea=<kea/rackd> cpu_us_per_dora_8000=<n> kea_cpu_us_per_dora_8000=<n> cpu_ratio_kea_8000=<kea/rackd>
 //
 // It creates two network namespaces joined by a veth pair (server
 // 10.77.0.1/24, client 10.77.0.2/24, no default route) and drives each
@@ -15,18 +15,21 @@
 // with an empty lease database.
 //
 // Repetition by repetition, the servers take turns (the order rotates). In
-// each repetition each server gets a bounded coarse-to-fine search for the
-// highest rate with less than 1 % of DORAs lost (-steps runs of -period
-// seconds), then one run at a fixed rate (-cpu-rate, capped at the rate it
-// sustained) during which its CPU time (utime+stime from /proc/PID/stat) is
-// divided by the DORAs completed. The RESULT line has the medians over the
-// repetitions.
+// each repetition each server gets the same search for the highest rate
+// with less than 1 % of DORAs lost (from 2,000/s, doubling until a run
+// fails, then bisecting to within 5 %: see ladder), then one run at each of
+// two fixed rates (-cpu-rates, 2,000 and 8,000/s) during which its CPU time
+// (utime+stime from /proc/PID/stat) is divided by the DORAs completed. The
+// RESULT line has the medians over the repetitions; before it come the
+// figures of every repetition, perfdhcp's latencies, and the load averages
+// at the start and the end.
 //
 // *_dora_per_s is the DORAs completed per second (ACKs received over the
 // period) of the best run with < 1 % loss; cpu_us_per_dora is server CPU
 // microseconds per DORA; ratio_* divide rackd's rate by the peer's,
 // cpu_ratio_kea divides Kea's CPU per DORA by rackd's (above 1: rackd uses
-// less). Missing figures print as 0.
+// less); keys without a suffix are at 2,000/s, those ending _8000 at
+// 8,000/s. Missing figures print as 0.
 //
 // Everything it starts is stopped by PID, and the namespaces removed, at
 // the end, on error and on SIGINT/SIGTERM. Every run is bounded in time, the
@@ -72,6 +75,7 @@ type bench struct {
 	loss     float64 // percent of DORAs that may be lost at a passing rate
 	cpuRates []int
 	verbose  bool
+	perf     bool // count system calls and context switches (perf stat)
 	required map[string]bool      // servers whose failure to start ends the run
 	others   map[string][]float64 // per server: cores used by other work during each of its runs
 	// runsPerRep is others split by repetition (newRep starts one).
@@ -97,6 +101,9 @@ type trial struct {
 	// because its receive buffer was full (perfdhcp did not read them in
 	// time): lost to the load generator, not to the server.
 	cliDrops int64
+	// syscalls and switches are the server's system calls and context
+	// switches during the run (perf stat, with -perf); -1 not counted.
+	syscalls, switches int64
 }
 
 func (t trial) ok() bool { return t.rep.do.sent > 0 }
@@ -127,6 +134,7 @@ func run() error {
 	profDir := flag.String("cpuprofile", "", "directory where each rackd run writes its CPU profile (RACKD_CPUPROFILE)")
 	timeout := flag.Duration("timeout", 60*time.Minute, "bound of the whole run")
 	verbose := flag.Bool("v", false, "print perfdhcp's output of every run")
+	perf := flag.Bool("perf", false, "count each server's system calls and context switches per DORA (perf stat)")
 	flag.Parse()
 	var cpuRates []int
 	for _, f := range strings.Split(*cpuRatesFlag, ",") {
@@ -227,7 +235,7 @@ func run() error {
 
 	b := &bench{t: t, work: work, period: *period, steps: *steps, start: *start, factor: *factor, res: *res,
 		minRate: *minRate, maxRate: *maxRate, loss: *loss, cpuRates: cpuRates,
-		verbose: *verbose, required: map[string]bool{"kea": true, "dnsmasq": true}, others: map[string][]float64{}, runsPerRep: map[string][][]float64{}}
+		verbose: *verbose, perf: *perf, required: map[string]bool{"kea": true, "dnsmasq": true}, others: map[string][]float64{}, runsPerRep: map[string][][]float64{}}
 	var list []server
 	for _, n := range names {
 		switch n {
@@ -522,8 +530,22 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 	if err != nil {
 		return trial{}, err
 	}
+	var ps *perfStat
+	if b.perf {
+		if ps, err = startPerfStat(p.PID()); err != nil {
+			return trial{}, err
+		}
+	}
 	t0 := time.Now()
 	rep, err := runPerfdhcp(ctx, b.t.Cli, rate, b.period)
+	var sysc, csw int64 = -1, -1
+	if ps != nil {
+		var perr error
+		if sysc, csw, perr = ps.stop(); perr != nil {
+			fmt.Println(perr)
+			sysc, csw = -1, -1
+		}
+	}
 	if err != nil {
 		return trial{}, err
 	}
@@ -544,7 +566,7 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 		fmt.Print(rep.raw)
 	}
 	t := trial{rate: rate, rep: rep, dora: float64(rep.acks()) / float64(b.period), cpuUs: math.NaN(), leases: -1,
-		cliDrops: rb1 - rb0}
+		cliDrops: rb1 - rb0, syscalls: sysc, switches: csw}
 	if rep.acks() > 0 {
 		t.cpuUs = float64(c1-c0) * 1e6 / benchns.UserHZ / float64(rep.acks())
 	}
@@ -576,6 +598,10 @@ func (t trial) line(period int) string {
 		t.srvCores, t.genCores, t.otherCores)
 	if t.leases >= 0 {
 		s += fmt.Sprintf(", %d leases stored", t.leases)
+	}
+	if t.syscalls >= 0 && t.rep.acks() > 0 {
+		s += fmt.Sprintf("; per DORA: %.2f system calls, %.2f context switches",
+			float64(t.syscalls)/float64(t.rep.acks()), float64(t.switches)/float64(t.rep.acks()))
 	}
 	return s
 }
