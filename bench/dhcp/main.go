@@ -75,7 +75,7 @@ type bench struct {
 	loss     float64 // percent of DORAs that may be lost at a passing rate
 	cpuRates []int
 	verbose  bool
-	perf     bool // count system calls and context switches (perf stat)
+	perf     bool                 // count system calls and context switches (perf stat)
 	required map[string]bool      // servers whose failure to start ends the run
 	others   map[string][]float64 // per server: cores used by other work during each of its runs
 	// runsPerRep is others split by repetition (newRep starts one).
