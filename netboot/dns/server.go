@@ -231,30 +231,47 @@ func (s *Server) ServeConns(ctx context.Context, pc net.PacketConn, ln net.Liste
 			_ = ln.Close()
 		}
 	}
-	if s.cfgErr != nil {
+	if err := s.take(pc, ln); err != nil {
 		closeAll()
+		return err
+	}
+	defer closeAll() // if a server failed before taking ownership
+	s.setAddr(pc, ln)
+	// Queries run on a context that outlives ctx, so that those in flight
+	// at shutdown are answered rather than failed; QueryTimeout bounds them.
+	return s.run(ctx, s.servers(context.WithoutCancel(ctx), pc, ln))
+}
+
+// take checks that the server may serve pc and ln: its configuration is
+// valid, there is a socket, and it is not serving already (from then on it
+// is).
+func (s *Server) take(pc net.PacketConn, ln net.Listener) error {
+	if s.cfgErr != nil {
 		return s.cfgErr
 	}
 	if pc == nil && ln == nil {
 		return errors.New("dns: no socket to serve")
 	}
 	if !s.started.CompareAndSwap(false, true) {
-		closeAll()
 		return ErrServing
 	}
-	defer closeAll() // if a server failed before taking ownership
+	return nil
+}
 
+// setAddr records the address Addr reports: UDP's, else TCP's.
+func (s *Server) setAddr(pc net.PacketConn, ln net.Listener) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if pc != nil {
 		s.addr = addrPort(pc.LocalAddr())
 	} else {
 		s.addr = addrPort(ln.Addr())
 	}
-	s.mu.Unlock()
+}
 
-	// Queries run on a context that outlives ctx, so that those in flight
-	// at shutdown are answered rather than failed; QueryTimeout bounds them.
-	qctx := context.WithoutCancel(ctx)
+// servers makes a miekg/dns server for each socket given, answering on
+// qctx.
+func (s *Server) servers(qctx context.Context, pc net.PacketConn, ln net.Listener) []*miekg.Server {
 	var servers []*miekg.Server
 	if pc != nil {
 		servers = append(servers, &miekg.Server{
@@ -275,7 +292,12 @@ func (s *Server) ServeConns(ctx context.Context, pc net.PacketConn, ln net.Liste
 			MsgInvalidFunc: s.invalid,
 		})
 	}
+	return servers
+}
 
+// run serves on every server until ctx is done or one fails, then shuts
+// them all down; Ready is closed once all have started.
+func (s *Server) run(ctx context.Context, servers []*miekg.Server) error {
 	g, gctx := errgroup.WithContext(ctx)
 	var startedAll []chan struct{}
 	for _, srv := range servers {
@@ -284,49 +306,63 @@ func (s *Server) ServeConns(ctx context.Context, pc net.PacketConn, ln net.Liste
 		srv.NotifyStartedFunc = func() { close(started) }
 		g.Go(func() error {
 			defer close(done)
-			err := srv.ActivateAndServe()
-			if gctx.Err() != nil {
-				return nil // stopped by us
-			}
-			if err == nil {
-				err = errors.New("stopped unexpectedly")
-			}
-			return fmt.Errorf("dns: serving %s: %w", network(srv), err)
+			return serveOne(gctx, srv)
 		})
 		g.Go(func() error {
-			select {
-			case <-gctx.Done():
-			case <-done:
-				return nil
-			}
-			// Shutting down a miekg server that has not started yet is
-			// a no-op, after which it would start and serve forever.
-			select {
-			case <-started:
-			case <-done:
-				return nil
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), s.cfg.QueryTimeout+time.Second)
-			defer cancel()
-			if err := srv.ShutdownContext(sctx); err != nil {
-				s.log.Warn("dns: shutdown", "net", network(srv), "err", err)
-			}
+			s.shutdownOne(gctx, srv, started, done)
 			return nil
 		})
 	}
-	go func() {
-		// Ready only when every socket serves; if one fails first, never
-		// (gctx ends when Wait returns, so this goroutine does too).
-		for _, started := range startedAll {
-			select {
-			case <-started:
-			case <-gctx.Done():
-				return
-			}
-		}
-		close(s.ready)
-	}()
+	go s.signalReady(gctx, startedAll)
 	return g.Wait()
+}
+
+// serveOne serves srv until it is shut down; stopping for any other reason
+// than gctx ending is an error.
+func serveOne(gctx context.Context, srv *miekg.Server) error {
+	err := srv.ActivateAndServe()
+	if gctx.Err() != nil {
+		return nil // stopped by us
+	}
+	if err == nil {
+		err = errors.New("stopped unexpectedly")
+	}
+	return fmt.Errorf("dns: serving %s: %w", network(srv), err)
+}
+
+// shutdownOne shuts srv down when gctx ends, letting the queries it is
+// answering finish; it returns at once when srv stops by itself.
+func (s *Server) shutdownOne(gctx context.Context, srv *miekg.Server, started, done <-chan struct{}) {
+	select {
+	case <-gctx.Done():
+	case <-done:
+		return
+	}
+	// Shutting down a miekg server that has not started yet is a no-op,
+	// after which it would start and serve forever.
+	select {
+	case <-started:
+	case <-done:
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.QueryTimeout+time.Second)
+	defer cancel()
+	if err := srv.ShutdownContext(sctx); err != nil {
+		s.log.Warn("dns: shutdown", "net", network(srv), "err", err)
+	}
+}
+
+// signalReady closes Ready when every server has started; if one fails
+// first, never (gctx ends when run returns, and so does this).
+func (s *Server) signalReady(gctx context.Context, startedAll []chan struct{}) {
+	for _, started := range startedAll {
+		select {
+		case <-started:
+		case <-gctx.Done():
+			return
+		}
+	}
+	close(s.ready)
 }
 
 // network names a miekg server's transport, for messages.
