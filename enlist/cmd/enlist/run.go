@@ -137,51 +137,106 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	return o, nil
 }
 
+// run1 is run's steps in order: read the flags and the kernel command
+// line, choose the mode, bring the network up, take the inventory, then
+// either do the phase rackd booted the machine for or ask rackd about it
+// (enlisting it when unknown), and act on the answer.
 func run1(ctx context.Context, args []string, sys system, say func(string, ...any)) error {
 	o, err := parseFlags(args, sys.stdout)
 	if err != nil {
 		return err
 	}
-	if sys.sleep == nil {
-		sys.sleep = sleepCtx
-	}
-	if sys.arch == "" {
-		sys.arch = runtime.GOARCH
-	}
+	sys = sys.withDefaults()
 	start := time.Now()
 	say("starting (%s)", sys.arch)
-	cmdline := ""
-	if b, err := fs.ReadFile(sys.root, "proc/cmdline"); err == nil {
-		cmdline = strings.TrimSpace(string(b))
-	}
+	cmdline := readCmdline(sys.root)
 
 	base, err := rackdURL(o.url, cmdline)
 	if err != nil {
 		return err
 	}
 	say("rackd is %s", base)
+	mode, phase, err := chooseMode(o, cmdline, say)
+	if err != nil {
+		return err
+	}
+
+	loadModules(sys, o.modulesFile, cmdline, say)
+	backoff := enlist.Backoff{Initial: time.Second, Max: o.retryMax, Attempt: o.attemptTimeout, Tries: o.tries}
+	nics, bootMAC, err := bringUpNetwork(ctx, sys, o, backoff, cmdline, say)
+	if err != nil {
+		return err
+	}
+	inv, err := takeInventory(sys, nics, bootMAC, say)
+	if err != nil {
+		return err
+	}
+
+	client := &enlist.Client{Base: base, Backoff: backoff, Sleep: sys.sleep,
+		Progress: func(msg string) { say("%s", msg) }}
+	var final string
+	var action enlist.Action
+	if mode != enlist.ModeEnlist {
+		final, action, err = runPhase(ctx, sys, phase, base, client, inv, say)
+	} else {
+		final, action, err = askRackd(ctx, client, inv, say)
+	}
+	if err != nil {
+		return err
+	}
+	return finish(sys, o, start, final, action, say)
+}
+
+// withDefaults fills in what a test may leave out: the real sleep and the
+// running architecture.
+func (sys system) withDefaults() system {
+	if sys.sleep == nil {
+		sys.sleep = sleepCtx
+	}
+	if sys.arch == "" {
+		sys.arch = runtime.GOARCH
+	}
+	return sys
+}
+
+// readCmdline is the kernel command line, "" when it cannot be read.
+func readCmdline(root fs.FS) string {
+	b, err := fs.ReadFile(root, "proc/cmdline")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// chooseMode takes -mode, else rackd.mode= of the command line, else
+// enlist; the phase modes need their arguments from the command line.
+func chooseMode(o options, cmdline string, say func(string, ...any)) (string, phaseArgs, error) {
 	mode := o.mode
 	if mode == "" {
 		mode, _ = inventory.ParseCmdline(cmdline, "rackd.mode")
 	}
-	var phase phaseArgs
 	switch mode {
 	case "", enlist.ModeEnlist:
-		mode = enlist.ModeEnlist
+		return enlist.ModeEnlist, phaseArgs{}, nil
 	case enlist.ModeCommission, enlist.ModeDeploy, enlist.ModeErase:
-		if phase, err = parsePhaseArgs(mode, cmdline, o.disk); err != nil {
-			return err
+		phase, err := parsePhaseArgs(mode, cmdline, o.disk)
+		if err != nil {
+			return "", phaseArgs{}, err
 		}
 		say("mode %s for machine %s", mode, phase.machine)
+		return mode, phase, nil
 	default:
-		return fmt.Errorf("rackd.mode=%q: want enlist, commission, deploy or erase", mode)
+		return "", phaseArgs{}, fmt.Errorf("rackd.mode=%q: want enlist, commission, deploy or erase", mode)
 	}
+}
 
-	loadModules(sys, o.modulesFile, cmdline, say)
-
+// bringUpNetwork waits for the interfaces and, unless -dhcp=false, gets a
+// lease on one. The boot MAC is BOOTIF= of the command line, else the
+// interface that got the lease ("" when neither says).
+func bringUpNetwork(ctx context.Context, sys system, o options, backoff enlist.Backoff, cmdline string, say func(string, ...any)) ([]inventory.NIC, string, error) {
 	nics, err := waitNICs(ctx, sys, o.nicWait, o.interfaces)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	names := make([]string, len(nics))
 	for i, n := range nics {
@@ -189,21 +244,25 @@ func run1(ctx context.Context, args []string, sys system, say func(string, ...an
 	}
 	say("network interfaces: %s", strings.Join(names, " "))
 
-	backoff := enlist.Backoff{Initial: time.Second, Max: o.retryMax, Attempt: o.attemptTimeout, Tries: o.tries}
 	bootMAC := inventory.BootMAC(cmdline)
 	if o.dhcp {
 		nic, err := dhcp(ctx, sys, nics, o, backoff, say)
 		if err != nil {
-			return err
+			return nil, "", err
 		}
 		if bootMAC == "" {
 			bootMAC = nic.MAC
 		}
 	}
+	return nics, bootMAC, nil
+}
 
+// takeInventory reads the machine's inventory, with the boot MAC first and
+// the in-band BMC address when there is one.
+func takeInventory(sys system, nics []inventory.NIC, bootMAC string, say func(string, ...any)) (enlist.Inventory, error) {
 	inv, warnings, err := inventory.CollectNICs(sys.root, sys.arch, nics)
 	if err != nil {
-		return fmt.Errorf("inventory: %w", err)
+		return enlist.Inventory{}, fmt.Errorf("inventory: %w", err)
 	}
 	for _, w := range warnings {
 		say("warning: %v", w)
@@ -221,39 +280,28 @@ func run1(ctx context.Context, args []string, sys system, say func(string, ...an
 		}
 	}
 	say("inventory: %s", summary(inv))
+	return inv, nil
+}
 
-	client := &enlist.Client{Base: base, Backoff: backoff, Sleep: sys.sleep,
-		Progress: func(msg string) { say("%s", msg) }}
-	if mode != enlist.ModeEnlist {
-		final, action, err := runPhase(ctx, sys, phase, base, client, inv, say)
-		if err != nil {
-			return err
-		}
-		return finish(sys, o, start, final, action, say)
-	}
+// askRackd is the enlistment mode's exchange: whoami, and enlist when rackd
+// does not know the machine. It returns the final line and what to do.
+func askRackd(ctx context.Context, client *enlist.Client, inv enlist.Inventory, say func(string, ...any)) (string, enlist.Action, error) {
 	who, err := client.WhoAmI(ctx, inv.MACs)
 	if err != nil {
-		return fmt.Errorf("whoami: %w", err)
+		return "", "", fmt.Errorf("whoami: %w", err)
 	}
-	var final string
-	action := who.Action
-	switch who.Action {
-	case enlist.ActionEnlist:
-		say("rackd does not know this machine: enlisting")
-		res, known, err := client.Enlist(ctx, inv)
-		if err != nil {
-			return fmt.Errorf("enlist: %w", err)
-		}
-		action = res.Action
-		if known {
-			final = enlist.MarkerAlreadyKnown + action.Doing()
-		} else {
-			final = enlist.MarkerEnlisted + res.ID + ", " + action.Doing()
-		}
-	default:
-		final = enlist.MarkerKnown + who.State + "), " + action.Doing()
+	if who.Action != enlist.ActionEnlist {
+		return enlist.MarkerKnown + who.State + "), " + who.Action.Doing(), who.Action, nil
 	}
-	return finish(sys, o, start, final, action, say)
+	say("rackd does not know this machine: enlisting")
+	res, known, err := client.Enlist(ctx, inv)
+	if err != nil {
+		return "", "", fmt.Errorf("enlist: %w", err)
+	}
+	if known {
+		return enlist.MarkerAlreadyKnown + res.Action.Doing(), res.Action, nil
+	}
+	return enlist.MarkerEnlisted + res.ID + ", " + res.Action.Doing(), res.Action, nil
 }
 
 // finish prints the final line and acts.
