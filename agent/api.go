@@ -425,12 +425,6 @@ func (a *Agent) machineAction(w http.ResponseWriter, r *http.Request, who store.
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "erase is only meaningful for release")
 		return
 	}
-	if action == store.ActionDeploy && req.Image != "" {
-		if msg := a.checkDeployImage(r.PathValue("id"), req.Image); msg != "" {
-			writeError(w, http.StatusBadRequest, api.CodeBadRequest, msg)
-			return
-		}
-	}
 	m, err := a.store.Transition(r.Context(), who, store.TransitionRequest{
 		Machine: r.PathValue("id"), Action: action, Reason: req.Reason, Image: req.Image, Erase: req.Erase})
 	if err != nil {

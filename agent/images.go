@@ -350,28 +350,6 @@ func (b bootSource) Environments(ctx context.Context, arch string) (bootconf.Env
 	return env, nil
 }
 
-// checkDeployImage says what is wrong with deploying image to a machine
-// ("" when nothing): an image of that name imported for the machine's arch
-// must have purpose deploy. An image not imported yet is not refused: the
-// machine waits in DEPLOYING, its boot config saying what is missing, until
-// the image arrives or the watchdog gives up.
-func (a *Agent) checkDeployImage(machine, image string) string {
-	m, err := a.store.Machine(machine)
-	if err != nil {
-		return "" // the transition says not found
-	}
-	ims, err := a.store.Images()
-	if err != nil {
-		return ""
-	}
-	for _, im := range ims {
-		if im.Name == image && im.Arch == m.Arch && im.Purpose != store.PurposeDeploy {
-			return fmt.Sprintf("image %s/%s has purpose %s, not deploy", im.Name, im.Arch, im.Purpose)
-		}
-	}
-	return ""
-}
-
 // bootloaderNames are the files a bootloader image provides (images/doc.go,
 // scripts/bootloaders.sh), with what fetches them.
 var bootloaderNames = map[string]string{

@@ -176,3 +176,20 @@ func (s *Store) ImageBlobInUse(sha string) bool {
 	})
 	return used || err != nil
 }
+
+// checkDeployImage is the rule for what a deploy may install: an image of
+// that name imported for the machine's arch must have purpose deploy. An
+// image not imported yet is not refused: the machine waits in DEPLOYING,
+// its boot config saying what is missing, until the image arrives or the
+// watchdog gives up.
+func (t *Tx) checkDeployImage(m Machine, name string) error {
+	var im Image
+	found, err := t.get(bucketImages, imageKey(name, m.Arch), &im)
+	if err != nil || !found {
+		return err
+	}
+	if im.Purpose != PurposeDeploy {
+		return errorf(CodeInvalid, "image %s/%s has purpose %s, not deploy", im.Name, im.Arch, im.Purpose)
+	}
+	return nil
+}

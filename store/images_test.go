@@ -140,3 +140,61 @@ func TestImagesRegistry(t *testing.T) {
 		}
 	}
 }
+
+// A deploy names what it installs: an imported image of that name for the
+// machine's arch must be a deploy image, checked in the deploy's
+// transaction; one not imported yet is not refused.
+func TestDeployImagePurpose(t *testing.T) {
+	tests := map[string]struct {
+		images []store.Image
+		actor  store.Actor // who deploys; the owner when zero
+		image  string
+		code   store.Code
+		msg    string
+	}{
+		"deploy image": {images: []store.Image{testImage("jammy", "amd64", store.PurposeDeploy, sha('a'))}, image: "jammy"},
+		"commission image": {images: []store.Image{testImage("jammy", "amd64", store.PurposeCommission, sha('a'))}, image: "jammy",
+			code: store.CodeInvalid, msg: "image jammy/amd64 has purpose commission, not deploy"},
+		"bootloader image": {images: []store.Image{testImage("loaders", "amd64", store.PurposeBootloader, sha('a'))}, image: "loaders",
+			code: store.CodeInvalid, msg: "image loaders/amd64 has purpose bootloader, not deploy"},
+		"another arch's image of that name": {images: []store.Image{testImage("jammy", "arm64", store.PurposeCommission, sha('a'))}, image: "jammy"},
+		"deploy image beside a commission image of another arch": {images: []store.Image{
+			testImage("jammy", "amd64", store.PurposeDeploy, sha('a')), testImage("jammy", "arm64", store.PurposeEnlist, sha('b'))}, image: "jammy"},
+		"not imported yet": {image: "noble"},
+		// Who may deploy is decided before what.
+		"a stranger with a commission image": {images: []store.Image{testImage("jammy", "amd64", store.PurposeCommission, sha('a'))},
+			actor: bob, image: "jammy", code: store.CodeForbidden},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := storetest.New(t)
+			for _, im := range tc.images {
+				if _, err := s.PutImage(t.Context(), admin, im); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ready(t, s, "web1")
+			allocate(t, s, alice, "web1", "juju")
+			actor := tc.actor
+			if actor.Name == "" {
+				actor = alice
+			}
+			before := snap(t, s)
+			m, err := s.Transition(t.Context(), actor, store.TransitionRequest{Machine: "web1", Action: store.ActionDeploy, Image: tc.image})
+			if tc.code != "" {
+				wantCode(t, err, tc.code)
+				if tc.msg != "" && err.Error() != tc.msg {
+					t.Errorf("refusal %q, want %q", err, tc.msg)
+				}
+				before.mustEqual(t, snap(t, s))
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.State != store.StateDeploying || m.DeployImage != tc.image {
+				t.Errorf("deployed: %s with image %q; want DEPLOYING with %q", m.State, m.DeployImage, tc.image)
+			}
+		})
+	}
+}

@@ -389,7 +389,8 @@ type TransitionRequest struct {
 	Machine string // id or hostname
 	Action  Action
 	Reason  string
-	// Image is what a deploy installs (recorded in the event for now).
+	// Image is what a deploy installs; an imported image of that name for
+	// the machine's arch must be a deploy image.
 	Image string
 	// Erase, on a release, boots the erase environment before the
 	// machine is READY again (see StartRelease).
@@ -458,6 +459,11 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 	}
 	if req.Erase && req.Action != ActionRelease {
 		return Machine{}, errorf(CodeInvalid, "erase is only meaningful for a release")
+	}
+	if req.Action == ActionDeploy && req.Image != "" {
+		if err := t.checkDeployImage(m, req.Image); err != nil {
+			return Machine{}, err
+		}
 	}
 	from := m.State
 	m.State, m.StateSince = to, t.now
