@@ -39,6 +39,31 @@ func (b bootSource) Machine(ctx context.Context, mac string) (bootconf.MachineIn
 		Token: b.s.PhaseToken(m), Erase: m.Erase}, true, nil
 }
 
+// Environments returns the environments the registry's images make for
+// arch (bootconf.EnvironmentsOf is the rule).
+func (b bootSource) Environments(ctx context.Context, arch string) (bootconf.Environments, error) {
+	ims, err := b.s.Images()
+	if err != nil {
+		return bootconf.Environments{}, err
+	}
+	return bootconf.EnvironmentsOf(bootImages(ims), arch), nil
+}
+
+// bootImages is the registry's images as the boot rule sees them, each
+// file at the boot-tree path of its blob.
+func bootImages(ims []store.Image) []bootconf.Image {
+	out := make([]bootconf.Image, len(ims))
+	for i, im := range ims {
+		bi := bootconf.Image{Name: im.Name, Arch: im.Arch, Purpose: im.Purpose, Cmdline: im.Cmdline,
+			Files: make([]bootconf.ImageFile, len(im.Files))}
+		for j, f := range im.Files {
+			bi.Files[j] = bootconf.ImageFile{Role: f.Role, Path: imagePrefix + f.SHA256, SHA256: f.SHA256, Size: f.Size}
+		}
+		out[i] = bi
+	}
+	return out
+}
+
 type baseKey struct{}
 
 // bootBase finds the HTTP base URL a rendered config sends its loader to

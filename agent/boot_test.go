@@ -7,12 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"rackd/agent/api"
+	"rackd/images"
+	"rackd/netboot/bootconf"
 	"rackd/store"
 )
 
@@ -200,5 +203,30 @@ func TestBootTFTPErrors(t *testing.T) {
 		if !strings.Contains(string(out), tt.want) {
 			t.Errorf("tftp-hpa get %s printed %q, want %q", tt.name, out, tt.want)
 		}
+	}
+}
+
+// The boot rule reads purposes and roles under its own names (bootconf does
+// not import store or images): they must be the registry's spellings.
+func TestBootImageNames(t *testing.T) {
+	for _, p := range [][2]string{
+		{bootconf.PurposeEnlist, store.PurposeEnlist},
+		{bootconf.PurposeCommission, store.PurposeCommission},
+		{bootconf.PurposeDeploy, store.PurposeDeploy},
+		{bootconf.RoleKernel, images.RoleKernel},
+		{bootconf.RoleInitrd, images.RoleInitrd},
+		{bootconf.RoleDisk, images.RoleDisk},
+	} {
+		if p[0] != p[1] {
+			t.Errorf("bootconf spells %q, the registry %q", p[0], p[1])
+		}
+	}
+	im := store.Image{Name: "jammy", Arch: "amd64", Purpose: store.PurposeDeploy, Cmdline: "quiet",
+		Files: []store.ImageFile{{Path: "vmlinuz", Role: images.RoleKernel, SHA256: strings.Repeat("a", 64), Size: 7}}}
+	got := bootImages([]store.Image{im})
+	want := []bootconf.Image{{Name: "jammy", Arch: "amd64", Purpose: store.PurposeDeploy, Cmdline: "quiet",
+		Files: []bootconf.ImageFile{{Role: images.RoleKernel, Path: "images/" + strings.Repeat("a", 64), SHA256: strings.Repeat("a", 64), Size: 7}}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("bootImages = %+v, want %+v", got, want)
 	}
 }
