@@ -27,6 +27,9 @@ type PowerConfig struct {
 		Enabled bool     `toml:"enabled"`
 		Latency Duration `toml:"latency"`
 		Log     string   `toml:"log"`
+		// HangAfter, when above 0, makes every command that would change
+		// something hang until its context ends once HangAfter took effect.
+		HangAfter int `toml:"hang_after"`
 	} `toml:"fake"`
 }
 

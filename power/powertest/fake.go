@@ -37,17 +37,21 @@ type Fake struct {
 	state             map[string]*fakeMachine
 	fail              map[string]*failure
 	hang              map[string]chan struct{}
-	counts            map[string]map[string]int
-	starts            map[string][]time.Time // per address
-	inFlight          int
-	inFlightKey       map[string]int
-	inFlightAddr      map[string]int
-	maxInFlight       int
-	maxKey            map[string]int
-	maxAddr           map[string]int
-	cycles            map[string]int // per request id
-	lastTarget        map[string]power.Target
-	log               *os.File
+	// hangAfter: commands with an effect hang once effects (the commands
+	// that took effect here, not those replayed from the log) reaches it;
+	// 0: never.
+	hangAfter, effects int
+	counts             map[string]map[string]int
+	starts             map[string][]time.Time // per address
+	inFlight           int
+	inFlightKey        map[string]int
+	inFlightAddr       map[string]int
+	maxInFlight        int
+	maxKey             map[string]int
+	maxAddr            map[string]int
+	cycles             map[string]int // per request id
+	lastTarget         map[string]power.Target
+	log                *os.File
 }
 
 type fakeMachine struct {
@@ -194,6 +198,17 @@ func (f *Fake) Hang(addr string) {
 	if _, ok := f.hang[addr]; !ok {
 		f.hang[addr] = make(chan struct{})
 	}
+}
+
+// HangAfter makes every command that would change something (on, off,
+// cycle, boot device) hang until its ctx is done once n commands took effect
+// on this fake (n <= 0: never); status still answers. A crash test uses it to
+// kill the process driving the fake while work is still open, whatever the
+// machine's speed.
+func (f *Fake) HangAfter(n int) {
+	f.mu.Lock()
+	f.hangAfter = max(n, 0)
+	f.mu.Unlock()
 }
 
 // Release ends Hang: hung commands go on as if nothing happened.
@@ -358,6 +373,9 @@ func (f *Fake) run(ctx context.Context, t power.Target, cmd string, effect strin
 		lat = f.latency
 	}
 	hang := f.hang[t.Address]
+	if f.hangAfter > 0 && effect != "" && f.effects >= f.hangAfter {
+		hang = make(chan struct{}) // never closed: no answer until ctx ends
+	}
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
@@ -386,6 +404,13 @@ func (f *Fake) run(ctx context.Context, t power.Target, cmd string, effect strin
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.hangAfter > 0 && effect != "" && f.effects >= f.hangAfter {
+		// The limit was reached while this command was under way.
+		f.mu.Unlock()
+		<-ctx.Done()
+		f.mu.Lock()
+		return power.StateUnknown, fmt.Errorf("fake bmc %s: %s: no answer: %w", t.Address, cmd, power.ErrTimeout)
+	}
 	if fl := f.fail[t.Address]; fl != nil {
 		if fl.n > 0 {
 			fl.n--
@@ -409,6 +434,7 @@ func (f *Fake) run(ctx context.Context, t power.Target, cmd string, effect strin
 			}
 		}
 		f.apply(effect, key, req, now)
+		f.effects++
 	}
 	return f.read(key, now), nil
 }

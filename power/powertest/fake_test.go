@@ -78,3 +78,47 @@ func TestFakeHangEndsWithContextOrRelease(t *testing.T) {
 		t.Errorf("max in flight %d, state %v", f.MaxInFlightAddr("bmc9"), f.State("bmc9"))
 	}
 }
+
+// HangAfter: once that many commands took effect, every command that would
+// change something gets no answer until its ctx ends, and nothing more is
+// logged; status still answers; the commands replayed from the log do not
+// count.
+func TestFakeHangAfter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "power.log")
+	old, err := OpenFake(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := power.Target{Address: "bmc1", Username: "m1"}
+	if err := old.PowerOn(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	drv, closeFn, err := Driver(0, path, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	f := drv.(*Fake)
+	for _, do := range []func(context.Context, power.Target) error{f.PowerOff, f.PowerOn} {
+		if err := do(context.Background(), a); err != nil {
+			t.Fatalf("before the limit: %v", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := f.PowerCycle(ctx, a); !errors.Is(err, power.ErrTimeout) {
+		t.Fatalf("after the limit: %v, want ErrTimeout", err)
+	}
+	if s, err := f.Status(context.Background(), a); err != nil || s != power.StateOn {
+		t.Fatalf("status after the limit: %v, %v; want on", s, err)
+	}
+	log, err := ReadLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(log) != 3 {
+		t.Fatalf("log holds %d commands, want the replayed one and 2: %v", len(log), log)
+	}
+}

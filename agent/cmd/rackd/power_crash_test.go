@@ -30,8 +30,16 @@ func TestPowerCrash(t *testing.T) {
 	)
 	state := t.TempDir()
 	powerLog := filepath.Join(state, "fake-bmc.log")
-	cfg := filepath.Join(state, "rackd.toml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+	// The first rackd's BMCs stop carrying out commands after killAt (and
+	// its commands wait for them for longer than the test runs), so that
+	// the kill finds work open however fast or slow the machine is:
+	// waiting for killAt commands and then killing raced the queue, and on
+	// a loaded machine the test saw the log late, after all the work. The
+	// second rackd's BMCs answer everything.
+	const killAt = 100
+	config := func(name string, hangAfter int, commandTimeout string) string {
+		path := filepath.Join(state, name)
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(`
 [power]
 max_in_flight = 16
 max_per_bmc = 1
@@ -41,14 +49,18 @@ verify_deadline = "5s"
 backoff = "10ms"
 backoff_max = "50ms"
 poll_interval = "0s"
+command_timeout = %q
 [power.fake]
 enabled = true
 latency = "20ms"
 log = %q
-`, powerLog)), 0o600); err != nil {
-		t.Fatal(err)
+hang_after = %d
+`, commandTimeout, powerLog, hangAfter)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
-	d := startDaemon(t, state, "--config", cfg)
+	d := startDaemon(t, state, "--config", config("rackd-hangs.toml", killAt, "1h"))
 	admin := adminToken(t, state)
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
 	parallel := func(n int, fn func(i int)) {
@@ -100,7 +112,7 @@ log = %q
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		log, _ := powertest.ReadLog(powerLog)
-		if len(log) >= 100 {
+		if len(log) >= killAt {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -125,7 +137,7 @@ log = %q
 		t.Fatal("the kill came after all the work: nothing to resume (the test proves nothing)")
 	}
 
-	d2 := startDaemon(t, state, "--config", cfg)
+	d2 := startDaemon(t, state, "--config", config("rackd.toml", 0, "10s"))
 	final := map[string]api.PowerRequest{}
 	deadline = time.Now().Add(120 * time.Second)
 	for len(final) < requests {
