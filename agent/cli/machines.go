@@ -47,6 +47,7 @@ func machinesGroup() *group {
 	g := &group{name: "machines", summary: "Enlist machines, look at them and move them through their lifecycle."}
 	g.verbs = []*verb{
 		machinesListVerb(), machinesShowVerb(), machinesEventsVerb(), machinesAddVerb(),
+		machinesSetVerb(), machinesRmVerb(),
 	}
 	for _, a := range client.MachineActions {
 		g.verbs = append(g.verbs, machineActionVerb(a))
@@ -236,8 +237,152 @@ func machineActionVerb(action string) *verb {
 		return func(e *env, args []string) error {
 			return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.Machine, error) {
 				return c.MachineAction(ctx, args[0], action, req)
-			}, func(w io.Writer, m api.Machine) error { return printMachines(w, []api.Machine{m}) })
+			}, func(w io.Writer, m api.Machine) error {
+				if err := printMachines(w, []api.Machine{m}); err != nil {
+					return err
+				}
+				// What the operator must do now (a machine powered by
+				// hand): on stderr, so that it is seen and not parsed.
+				if m.Notice != "" {
+					fmt.Fprintf(e.stderr, "rackd: %s\n", cell(m.Notice))
+				}
+				return nil
+			})
 		}
 	}
 	return v
+}
+
+func machinesSetVerb() *verb {
+	return &verb{
+		name:     "set",
+		args:     []string{"ID"},
+		synopsis: "[--power-driver D] [--power-address HOST[:PORT]] [--power-user U] [--power-password P] [--power-cipher N] [--no-power] [--hostname H] [--arch A] [--cpu N] [--memory-mb M] [--tag T ... | --no-tags] [--zone Z] [--reason R]",
+		summary:  "change a machine: power settings, hostname, arch, tags, zone (admin)",
+		help: `Only the flags given change; everything else stays as it is (the BMC
+password, too, when only the address changes). --tag replaces the tag list;
+--no-tags empties it; --no-power removes the power settings.
+
+A machine that enlisted itself and reported its BMC's address needs only
+--power-user and --power-password: the driver is then ipmi and the address
+the reported one. The password may be given in the environment variable
+RACKD_POWER_PASSWORD instead of --power-password (read when another
+--power-* flag is given), so that it does not show in the process list or
+the shell history. The password and user are never shown back.`,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			var (
+				hostname, arch, zone, reason    string
+				driver, address, user, password string
+				cpu, memory, cipher             int
+				tags                            stringList
+				noTags, noPower                 bool
+			)
+			fs.StringVar(&driver, "power-driver", "", "power `DRIVER`: ipmi, or manual (an operator presses the button)")
+			fs.StringVar(&address, "power-address", "", "BMC `HOST[:PORT]` (port 623 when left out)")
+			fs.StringVar(&user, "power-user", "", "BMC `USER`")
+			fs.StringVar(&password, "power-password", "", "BMC `PASSWORD` (better: env RACKD_POWER_PASSWORD)")
+			fs.IntVar(&cipher, "power-cipher", 0, "IPMI 2.0 cipher suite `N` (0: the driver's default, 3; 17 where the BMC offers it)")
+			fs.BoolVar(&noPower, "no-power", false, "remove the power settings")
+			fs.StringVar(&hostname, "hostname", "", "new `HOSTNAME`")
+			fs.StringVar(&arch, "arch", "", "`ARCH`: amd64, arm64, ...")
+			fs.IntVar(&cpu, "cpu", 0, "`N` CPU threads")
+			fs.IntVar(&memory, "memory-mb", 0, "memory in `MiB`")
+			fs.Var(&tags, "tag", "`TAG` for allocation constraints (repeatable; replaces the list)")
+			fs.BoolVar(&noTags, "no-tags", false, "remove all tags")
+			fs.StringVar(&zone, "zone", "", "`ZONE` for allocation constraints (\"\" clears it)")
+			fs.StringVar(&reason, "reason", "", "why, for the machine's events")
+			return func(e *env, args []string) error {
+				given := map[string]bool{}
+				fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+				var req api.MachinePatch
+				switch {
+				case given["tag"] && noTags:
+					return usagef("--tag and --no-tags contradict each other")
+				case noPower && (given["power-driver"] || given["power-address"] || given["power-user"] || given["power-password"] || given["power-cipher"]):
+					return usagef("--no-power and --power-* flags contradict each other")
+				case cpu < 0 || memory < 0:
+					return usagef("--cpu and --memory-mb must not be negative")
+				}
+				if given["hostname"] {
+					req.Hostname = api.Some(hostname)
+				}
+				if given["arch"] {
+					req.Arch = api.Some(arch)
+				}
+				if given["cpu"] {
+					req.CPUCount = api.Some(cpu)
+				}
+				if given["memory-mb"] {
+					req.MemoryMB = api.Some(memory)
+				}
+				if given["zone"] {
+					req.Zone = api.Some(zone)
+				}
+				if given["tag"] {
+					req.Tags = api.Some([]string(tags))
+				} else if noTags {
+					req.Tags = api.Some([]string{})
+				}
+				var p api.PowerPatch
+				anyPower := false
+				for _, f := range []struct {
+					flag  string
+					dst   *api.Field[string]
+					value string
+				}{{"power-driver", &p.Driver, driver}, {"power-address", &p.Address, address},
+					{"power-user", &p.Username, user}, {"power-password", &p.Password, password}} {
+					if given[f.flag] {
+						*f.dst, anyPower = api.Some(f.value), true
+					}
+				}
+				if given["power-cipher"] {
+					p.CipherSuite, anyPower = api.Some(cipher), true
+				}
+				if env := os.Getenv("RACKD_POWER_PASSWORD"); anyPower && !given["power-password"] && env != "" {
+					p.Password = api.Some(env)
+				}
+				switch {
+				case noPower:
+					req.Power = api.Field[*api.PowerPatch]{Set: true}
+				case anyPower:
+					req.Power = api.Some(&p)
+				}
+				req.Reason = reason
+				if !req.Hostname.Set && !req.Arch.Set && !req.CPUCount.Set && !req.MemoryMB.Set &&
+					!req.Tags.Set && !req.Zone.Set && !req.Power.Set {
+					return usagef("nothing to change: give at least one flag")
+				}
+				return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.Machine, error) {
+					return c.UpdateMachine(ctx, args[0], req)
+				}, func(w io.Writer, m api.Machine) error { return printMachine(w, m) })
+			}
+		},
+	}
+}
+
+func machinesRmVerb() *verb {
+	return &verb{
+		name:     "rm",
+		args:     []string{"ID"},
+		synopsis: "[--force] [--reason R]",
+		summary:  "delete a machine for good, freeing its MACs and addresses (admin)",
+		help: `The machine's hostname, MACs, sticky addresses and leases are free at
+once, so the same machine can be added again. Its events stay:
+rackd machines events <its id> still lists them. A machine that is
+allocated, deployed or being commissioned or released is refused unless
+--force (which does not touch its power).`,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			var req api.DeleteMachine
+			fs.BoolVar(&req.Force, "force", false, "delete even an allocated, deployed or busy machine")
+			fs.StringVar(&req.Reason, "reason", "", "why, for the machine's events")
+			return func(e *env, args []string) error {
+				return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.Machine, error) {
+					return c.DeleteMachine(ctx, args[0], req)
+				}, func(w io.Writer, m api.Machine) error {
+					_, err := fmt.Fprintf(w, "Deleted %s (%s); its events: rackd machines events %s\n", cell(m.Hostname), cell(m.ID), cell(m.ID))
+					return err
+				})
+			}
+		},
+	}
 }

@@ -220,6 +220,30 @@ func (c *Client) MachineAction(ctx context.Context, idOrName, action string, req
 	return m, err
 }
 
+// UpdateMachine changes a machine's record (admin, PATCH): only the fields
+// set in req change.
+func (c *Client) UpdateMachine(ctx context.Context, idOrName string, req api.MachinePatch) (api.Machine, error) {
+	var m api.Machine
+	p, err := idPath("/api/v1/machines/", idOrName, "")
+	if err != nil {
+		return m, err
+	}
+	_, err = c.call(ctx, http.MethodPatch, p, nil, req, &m)
+	return m, err
+}
+
+// DeleteMachine deletes a machine (admin) and returns it as it was. A
+// machine that is allocated, deployed or in a phase needs req.Force.
+func (c *Client) DeleteMachine(ctx context.Context, idOrName string, req api.DeleteMachine) (api.Machine, error) {
+	var m api.Machine
+	p, err := idPath("/api/v1/machines/", idOrName, "")
+	if err != nil {
+		return m, err
+	}
+	_, err = c.call(ctx, http.MethodDelete, p, nil, req, &m)
+	return m, err
+}
+
 // MachineEvents returns a machine's history, oldest first.
 func (c *Client) MachineEvents(ctx context.Context, idOrName string) ([]api.Event, error) {
 	var evs []api.Event
