@@ -95,8 +95,24 @@ func (s *Store) check() error {
 			var u User
 			if err := json.Unmarshal(v, &u); err != nil {
 				bad("user %s: undecodable: %v", k, err)
-			} else if got := string(t.getRaw(bucketTokens, []byte(u.TokenHash))); got != u.Name {
-				bad("user %s: token indexed to %q", k, got)
+			} else if u.Name != string(k) {
+				bad("user %s: stored under key %s", u.Name, k)
+			}
+			return nil
+		})
+		t.tx.Bucket(bucketAPITokens).ForEach(func(k, v []byte) error {
+			var tk Token
+			if err := json.Unmarshal(v, &tk); err != nil {
+				bad("token %s: undecodable: %v", k, err)
+				return nil
+			}
+			switch {
+			case tk.ID != string(k):
+				bad("token %s: stored under key %s", tk.ID, k)
+			case t.getRaw(bucketUsers, []byte(tk.User)) == nil:
+				bad("token %s: user %q does not exist", tk.ID, tk.User)
+			case string(t.getRaw(bucketTokens, []byte(tk.Hash))) != tk.ID:
+				bad("token %s: its hash is indexed to %q", tk.ID, t.getRaw(bucketTokens, []byte(tk.Hash)))
 			}
 			return nil
 		})
@@ -136,9 +152,9 @@ func (s *Store) check() error {
 			return nil
 		})
 		return t.tx.Bucket(bucketTokens).ForEach(func(k, v []byte) error {
-			var u User
-			if found, err := t.get(bucketUsers, v, &u); err != nil || !found || u.TokenHash != string(k) {
-				bad("token index entry for user %s does not match the user", v)
+			var tk Token
+			if found, err := t.get(bucketAPITokens, v, &tk); err != nil || !found || tk.Hash != string(k) {
+				bad("token index entry %s names token %s, which does not have that hash", k, v)
 			}
 			return nil
 		})

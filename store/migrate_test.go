@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,5 +104,71 @@ func TestRefusalsDoNotCommit(t *testing.T) {
 	}
 	if n := commits.Load(); n != 1 {
 		t.Fatalf("one write made %d commits, want 1", n)
+	}
+}
+
+// TestMigrateFromSchema7 opens a database whose users each held one token,
+// as a hash in the user's record indexed to the user's name, and checks that
+// those tokens keep working as named tokens.
+func TestMigrateFromSchema7(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	secrets := map[string]string{"admin": NewToken(), "alice": NewToken()}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for v := range 7 {
+			if err := migrations[v](tx); err != nil {
+				return err
+			}
+		}
+		meta, _ := tx.CreateBucketIfNotExists(bucketMeta)
+		meta.Put(keySchema, []byte("7"))
+		for name, secret := range secrets {
+			u, _ := json.Marshal(map[string]any{"name": name, "admin": name == "admin",
+				"token_hash": HashToken(secret), "created": now})
+			tx.Bucket(bucketUsers).Put([]byte(name), u)
+			tx.Bucket(bucketTokens).Put([]byte(HashToken(secret)), []byte(name))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatalf("open schema 7: %v", err)
+	}
+	defer s.Close()
+	if err := s.Check(); err != nil {
+		t.Fatalf("invariants after migration:\n%v", err)
+	}
+	for name, secret := range secrets {
+		a, ok, err := s.Authenticate(secret)
+		if err != nil || !ok || a.Name != name || a.Admin != (name == "admin") || a.Token == "" {
+			t.Errorf("%s's old token after migration: %+v, %t, %v", name, a, ok, err)
+		}
+		ts, err := s.Tokens(Actor{Name: name}, "")
+		if err != nil || len(ts) != 1 || ts[0].Name != DefaultTokenName || ts[0].ID != a.Token || !ts[0].Created.Equal(now) {
+			t.Errorf("%s's tokens after migration: %+v, %v", name, ts, err)
+		}
+	}
+	s.db.View(func(tx *bolt.Tx) error {
+		if strings.Contains(string(tx.Bucket(bucketUsers).Get([]byte("alice"))), "token_hash") {
+			t.Error("the user record still holds its token hash")
+		}
+		return nil
+	})
+	// The migrated token is revocable like any other.
+	ts, _ := s.Tokens(Actor{Name: "alice"}, "")
+	if _, err := s.RevokeToken(context.Background(), Actor{Name: "alice"}, ts[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.Authenticate(secrets["alice"]); ok {
+		t.Error("a revoked migrated token still works")
 	}
 }

@@ -33,7 +33,8 @@ var (
 	bucketMACs        = []byte("macs")        // mac -> id
 	bucketAllocations = []byte("allocations") // schema 1-2 only: machine id -> Allocation
 	bucketUsers       = []byte("users")       // name -> User
-	bucketTokens      = []byte("tokens")      // token hash -> user name
+	bucketTokens      = []byte("tokens")      // token hash -> token id (schema 1-7: -> user name)
+	bucketAPITokens   = []byte("api_tokens")  // token id -> Token
 	bucketEvents      = []byte("events")      // machine id NUL seq -> Event
 	bucketFree        = []byte("free")        // hostname -> id of READY, unheld machines
 	bucketSubnets     = []byte("subnets")     // prefix (16-byte address + bits) -> Subnet
@@ -142,6 +143,54 @@ var migrations = []func(tx *bolt.Tx) error{
 		}
 		return tx.DeleteBucket(bucketAddrByMAC)
 	},
+	// 7 -> 8: a user holds named tokens, each a record of its own; the
+	// token a user had becomes one named "default" (its secret is not
+	// known, only its hash, which is all a token record keeps).
+	func(tx *bolt.Tx) error {
+		toks, err := tx.CreateBucketIfNotExists(bucketAPITokens)
+		if err != nil {
+			return fmt.Errorf("create bucket %s: %w", bucketAPITokens, err)
+		}
+		index, users := tx.Bucket(bucketTokens), tx.Bucket(bucketUsers)
+		type userV7 struct {
+			User
+			TokenHash string `json:"token_hash"`
+		}
+		var old []userV7
+		err = users.ForEach(func(k, v []byte) error {
+			var u userV7
+			if err := json.Unmarshal(v, &u); err != nil {
+				return fmt.Errorf("decode user %s: %w", k, err)
+			}
+			old = append(old, u)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, u := range old {
+			if data, err := json.Marshal(u.User); err != nil {
+				return err
+			} else if err := users.Put([]byte(u.Name), data); err != nil {
+				return err
+			}
+			if u.TokenHash == "" {
+				continue
+			}
+			tk := Token{ID: newTokenID(), User: u.Name, Name: DefaultTokenName, Hash: u.TokenHash, Created: u.Created}
+			data, err := json.Marshal(tk)
+			if err != nil {
+				return err
+			}
+			if err := toks.Put([]byte(tk.ID), data); err != nil {
+				return err
+			}
+			if err := index.Put([]byte(tk.Hash), []byte(tk.ID)); err != nil {
+				return err
+			}
+		}
+		return nil
+	},
 }
 
 // SchemaVersion is the schema this build of rackd writes.
@@ -193,6 +242,8 @@ type Store struct {
 	powerNotify atomic.Pointer[func(machine string)]
 	// credKey is Options.CredentialKey (or a random one).
 	credKey []byte
+	// tokens is what is kept in memory about API tokens (tokens.go).
+	tokens *tokenState
 }
 
 // op is one write waiting for the committer.
@@ -251,7 +302,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if len(credKey) == 0 {
 		credKey = newCredentialKey()
 	}
-	s := &Store{db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey,
+	s := &Store{db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey, tokens: newTokenState(),
 		ops: make(chan *op, opts.MaxBatch), stop: make(chan struct{}), stopped: make(chan struct{}),
 		urgent: make(chan struct{}, 1)}
 	if err := guard(s.migrate); err != nil {
@@ -541,6 +592,29 @@ func (s *Store) updateAsync(ctx context.Context, p patience, fn func(*Tx) error,
 	}
 }
 
+// tryUpdateAsync is updateAsync for bookkeeping that is dropped rather than
+// waited for when the write queue is full.
+func (s *Store) tryUpdateAsync(delay time.Duration, fn func(*Tx) error, then func(error)) error {
+	if s.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	o := &op{ctx: context.Background(), fn: fn, delay: delay, then: then}
+	select {
+	case <-s.stop:
+		return ErrClosed
+	default:
+	}
+	select {
+	case s.ops <- o:
+		s.nudgeFor(o)
+		return nil
+	default:
+		return errQueueFull
+	}
+}
+
+var errQueueFull = errors.New("store: write queue full")
+
 // nudgeFor wakes the committer for a queued operation that cannot wait, or
 // that makes the operations waiting as many as it waits for at most, or
 // when the queue is half full: patient operations do not wake it one by
@@ -660,6 +734,10 @@ func (s *Store) commit(batch []*op) {
 				continue
 			}
 			t := &Tx{tx: btx, now: now, ipam: s.ipam, credKey: s.credKey}
+			if err := s.checkCaller(o.ctx, t); err != nil {
+				results[i] = err
+				continue
+			}
 			err := runOp(o.fn, t)
 			if err != nil && t.dirty {
 				return errReplay
@@ -716,6 +794,9 @@ func (s *Store) commit1(o *op) {
 	t := &Tx{now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey}
 	err := s.db.Update(func(btx *bolt.Tx) error {
 		t.tx = btx
+		if result = s.checkCaller(o.ctx, t); result != nil {
+			return result
+		}
 		result = runOp(o.fn, t)
 		return result
 	})

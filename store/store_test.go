@@ -835,14 +835,21 @@ func TestCheckFindsDamage(t *testing.T) {
 		"machine under another key": {func(tx *bolt.Tx, f fixture) error {
 			return put(tx, bucketMachines, "m-other", f.fresh)
 		}, "stored under key m-other"},
+		"index entry of an unknown token": {func(tx *bolt.Tx, f fixture) error {
+			return tx.Bucket(bucketTokens).Put([]byte(HashToken("x")), []byte("t-ghost"))
+		}, "names token t-ghost"},
+		"token not indexed": {func(tx *bolt.Tx, f fixture) error {
+			tk := bobToken(tx)
+			return tx.Bucket(bucketTokens).Delete([]byte(tk.Hash))
+		}, "its hash is indexed to \"\""},
 		"token of an unknown user": {func(tx *bolt.Tx, f fixture) error {
-			return tx.Bucket(bucketTokens).Put([]byte(HashToken("x")), []byte("ghost"))
-		}, "token index entry for user ghost"},
-		"user's token not indexed": {func(tx *bolt.Tx, f fixture) error {
-			var u User
-			json.Unmarshal(tx.Bucket(bucketUsers).Get([]byte("bob")), &u)
-			return tx.Bucket(bucketTokens).Delete([]byte(u.TokenHash))
-		}, "user bob: token indexed to \"\""},
+			tk := bobToken(tx)
+			tk.User = "ghost"
+			return put(tx, bucketAPITokens, tk.ID, tk)
+		}, `user "ghost" does not exist`},
+		"token under another key": {func(tx *bolt.Tx, f fixture) error {
+			return put(tx, bucketAPITokens, "t-other", bobToken(tx))
+		}, "stored under key t-other"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -872,6 +879,16 @@ func TestCheckFindsDamage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bobToken is bob's token in TestCheckFindsDamage.
+func bobToken(tx *bolt.Tx) Token {
+	var tk Token
+	tx.Bucket(bucketAPITokens).ForEach(func(_, v []byte) error {
+		json.Unmarshal(v, &tk)
+		return nil
+	})
+	return tk
 }
 
 // f0MAC is the MAC of the "r" machine in TestCheckFindsDamage.

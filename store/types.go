@@ -68,12 +68,11 @@ type Allocation struct {
 	Created   time.Time `json:"created"`
 }
 
-// User is an API user. The token is kept only as a hash.
+// User is an API user. Its tokens are records of their own (Token).
 type User struct {
-	Name      string    `json:"name"`
-	Admin     bool      `json:"admin"`
-	TokenHash string    `json:"token_hash"`
-	Created   time.Time `json:"created"`
+	Name    string    `json:"name"`
+	Admin   bool      `json:"admin"`
+	Created time.Time `json:"created"`
 }
 
 // Event is one line of a machine's history: who did what, when, from which
@@ -94,6 +93,9 @@ type Event struct {
 type Actor struct {
 	Name  string
 	Admin bool
+	// Token is the id of the token the actor authenticated with; empty for
+	// rackd itself (see WithActor).
+	Token string
 }
 
 // System is rackd acting on its own behalf.

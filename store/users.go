@@ -4,12 +4,14 @@ import (
 	"context"
 	"regexp"
 	"sort"
+	"time"
 )
 
 var userRE = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,63}$`)
 
-// CreateUser adds a user. An empty token makes one; the token is returned
-// (it is shown once: only its hash is stored).
+// CreateUser adds a user with one token, named DefaultTokenName. An empty
+// token makes one; the token is returned (it is shown once: only its hash is
+// stored).
 func (s *Store) CreateUser(ctx context.Context, actor Actor, name string, admin bool, token string) (User, string, error) {
 	if !actor.Admin {
 		return User{}, "", errorf(CodeForbidden, "only an admin may add users")
@@ -23,23 +25,22 @@ func (s *Store) CreateUser(ctx context.Context, actor Actor, name string, admin 
 	if token == "" {
 		token = NewToken()
 	}
-	u := User{Name: name, Admin: admin, TokenHash: HashToken(token)}
+	u := User{Name: name, Admin: admin}
+	tk := Token{ID: newTokenID(), User: name, Name: DefaultTokenName, Hash: HashToken(token)}
 	err := s.update(ctx, func(t *Tx) error {
 		if found, err := t.get(bucketUsers, []byte(name), &User{}); err != nil {
 			return err
 		} else if found {
 			return errorf(CodeConflict, "user %q already exists", name)
 		}
-		// A token names one user: indexing it again would hand the first
-		// user's logins to the second.
-		if t.getRaw(bucketTokens, []byte(u.TokenHash)) != nil {
+		if t.getRaw(bucketTokens, []byte(tk.Hash)) != nil {
 			return errorf(CodeConflict, "that token is already in use: choose another, or let rackd make one")
 		}
 		u.Created = t.now
 		if err := t.put(bucketUsers, []byte(name), u); err != nil {
 			return err
 		}
-		return t.putRaw(bucketTokens, []byte(u.TokenHash), []byte(name))
+		return t.putToken(&tk)
 	})
 	if err != nil {
 		return User{}, "", err
@@ -58,28 +59,63 @@ func (s *Store) HasUsers() (bool, error) {
 	return any, err
 }
 
-// Authenticate returns the user a token belongs to.
+// Authenticate returns the user a token belongs to, with the token's id in
+// Actor.Token. A revoked or expired token, or one that names nobody, is not
+// found. A token last used more than LastUsedResolution ago has its
+// LastUsed queued for writing; the caller does not wait for it.
 func (s *Store) Authenticate(token string) (Actor, bool, error) {
 	if token == "" {
 		return Actor{}, false, nil
 	}
 	var (
 		u     User
+		tk    Token
 		found bool
+		now   time.Time
 	)
 	err := s.view(func(t *Tx) error {
-		name := t.getRaw(bucketTokens, []byte(HashToken(token)))
-		if name == nil {
+		now = t.now
+		id := t.getRaw(bucketTokens, []byte(HashToken(token)))
+		if id == nil {
 			return nil
 		}
+		if ok, err := t.get(bucketAPITokens, id, &tk); err != nil || !ok {
+			return err
+		}
 		var err error
-		found, err = t.get(bucketUsers, name, &u)
+		found, err = t.get(bucketUsers, []byte(tk.User), &u)
 		return err
 	})
-	if err != nil || !found {
+	if err != nil || !found || tk.Expired(now) || s.tokens.isRevoked(tk.ID) {
 		return Actor{}, false, err
 	}
-	return Actor{Name: u.Name, Admin: u.Admin}, true, nil
+	if now.Sub(tk.LastUsed) >= LastUsedResolution {
+		s.touchToken(tk.ID)
+	}
+	return Actor{Name: u.Name, Admin: u.Admin, Token: tk.ID}, true, nil
+}
+
+// touchToken queues the write of a token's LastUsed, unless one is queued
+// already. It never blocks: when the write queue is full the write is
+// dropped (the next request tries again).
+func (s *Store) touchToken(id string) {
+	if !s.tokens.startTouch(id) {
+		return
+	}
+	err := s.tryUpdateAsync(lastUsedDelay, func(t *Tx) error {
+		var tk Token
+		if found, err := t.get(bucketAPITokens, []byte(id), &tk); err != nil || !found {
+			return err // revoked meanwhile: nothing to note
+		}
+		if t.now.Sub(tk.LastUsed) < LastUsedResolution {
+			return nil
+		}
+		tk.LastUsed = t.now.Truncate(time.Second)
+		return t.put(bucketAPITokens, []byte(id), tk)
+	}, func(error) { s.tokens.endTouch(id) })
+	if err != nil {
+		s.tokens.endTouch(id)
+	}
 }
 
 // Users lists the users by name.
