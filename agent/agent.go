@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +80,17 @@ type Agent struct {
 	bootloaders atomic.Pointer[map[string]string]
 	// closers undo New's steps (onClose).
 	closers []closer
+	// commitHook, when set, runs after every commit on the store's
+	// committer goroutine (tests hold the committer with it).
+	commitHook atomic.Pointer[func()]
+}
+
+// onCommit is told about every commit of the store.
+func (a *Agent) onCommit(ops int, d time.Duration) {
+	a.metrics.onCommit(ops, d)
+	if h := a.commitHook.Load(); h != nil {
+		(*h)()
+	}
 }
 
 // New opens the store under cfg.StateDir and, on a new database, creates the
@@ -109,7 +121,7 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	s, err := store.Open(filepath.Join(cfg.StateDir, store.FileName), store.Options{
 		MaxBatch:      cfg.Store.MaxBatch,
 		CredentialKey: credKey,
-		OnCommit:      a.metrics.onCommit,
+		OnCommit:      a.onCommit,
 		IPAM: store.IPAMOptions{OfferHold: time.Duration(cfg.IPAM.OfferHold), PXELease: time.Duration(cfg.IPAM.PXELease),
 			Quarantine: time.Duration(cfg.IPAM.Quarantine), StickyOnCommission: &sticky,
 			LeaseCommitDelay: commitDelay(cfg.DHCP.CommitDelay), LeaseCommitBatch: cfg.DHCP.CommitBatch},
@@ -206,18 +218,23 @@ func (a *Agent) ensureAdmin() error {
 	}
 	path := a.AdminTokenPath()
 	if has {
-		if _, err := os.Stat(path); err != nil {
-			a.log.Warn("admin token file is missing; use an existing admin's token to create another admin", "path", path)
-		} else {
-			a.log.Info("admin token", "path", path)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			a.log.Warn("admin token file is missing; use an existing admin's token, or rackd serve --rotate-admin-token, to get another", "path", path)
+			return nil
 		}
+		if _, ok, err := a.store.Authenticate(strings.TrimSpace(string(data))); err == nil && !ok {
+			a.log.Warn("the admin token file's token no longer works (revoked or expired); rackd serve --rotate-admin-token writes a new one", "path", path)
+			return nil
+		}
+		a.log.Info("admin token", "path", path)
 		return nil
 	}
 	token := store.NewToken()
 	if err := atomicfile.WriteFile(path, []byte(token+"\n"), atomicfile.Options{Perm: 0o600}); err != nil {
 		return fmt.Errorf("write admin token: %w", err)
 	}
-	if _, _, err := a.store.CreateUser(context.Background(), store.System, "admin", true, token); err != nil {
+	if _, _, err := a.store.CreateUser(context.Background(), store.System, adminUser, true, token); err != nil {
 		return fmt.Errorf("create admin user: %w", err)
 	}
 	a.log.Info("created the admin user; its token is in the admin token file", "path", path)

@@ -62,6 +62,10 @@ func routes() []route {
 		{"DELETE /api/v1/allocations/{id}", user, (*Agent).release},
 		{"GET /api/v1/users", admin, (*Agent).listUsers},
 		{"POST /api/v1/users", admin, (*Agent).createUser},
+		{"GET /api/v1/tokens", user, (*Agent).listTokens},
+		{"POST /api/v1/tokens", user, (*Agent).createToken},
+		{"DELETE /api/v1/tokens/{id}", user, (*Agent).revokeToken},
+		{"POST /api/v1/admin-token/rotate", admin, (*Agent).rotateAdminToken},
 		{"GET /api/v1/backup", admin, (*Agent).backup},
 		{"GET /api/v1/subnets", user, (*Agent).listSubnets},
 		{"POST /api/v1/subnets", admin, (*Agent).createSubnet},
@@ -104,12 +108,12 @@ func (a *Agent) guard(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var who store.Actor
 		if rt.access != public {
-			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || token == "" {
+			token, ok := bearerToken(r.Header.Get("Authorization"))
+			if !ok {
 				writeError(w, http.StatusUnauthorized, api.CodeUnauthorized, "missing token: send Authorization: Bearer <token>")
 				return
 			}
-			actor, found, err := a.store.Authenticate(strings.TrimSpace(token))
+			actor, found, err := a.store.Authenticate(token)
 			if err != nil {
 				a.internalError(w, r, err)
 				return
@@ -123,9 +127,29 @@ func (a *Agent) guard(rt route) http.Handler {
 				return
 			}
 			who = actor
+			// The store authorises the token again when it runs a write
+			// made on its behalf: one revoked while this request waits
+			// for the committer is refused then.
+			r = r.WithContext(store.WithActor(r.Context(), who))
 		}
 		rt.handle(a, w, r, who)
 	})
+}
+
+// bearerToken reads the token of an Authorization header of the Bearer
+// scheme (RFC 6750 section 2.1), whose name is case-insensitive (RFC 7235
+// section 2.1): "Bearer x", "bearer x". The token is one word (token68):
+// anything else is no token.
+func bearerToken(h string) (string, bool) {
+	scheme, rest, ok := strings.Cut(strings.TrimLeft(h, " "), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token := strings.Trim(rest, " ")
+	if token == "" || strings.ContainsFunc(token, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return "", false
+	}
+	return token, true
 }
 
 // statusRecorder remembers the status code for the metrics.

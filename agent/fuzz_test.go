@@ -22,10 +22,11 @@ func FuzzAPIBodies(f *testing.F) {
 		`{"constraints":{"arch":"amd64","min_cpu":2,"tags":["a"]}}`,
 		`{"name":"bob","admin":true}`,
 		`{"reason":"r","image":"i"}`,
+		`{"name":"ci","expires":"30d"}`, `{"name":"ci","expires":"2027-01-31","user":"fuzz"}`,
 		`{"hostname":"n1","macs":["52-54-00-00-00-01"],"power":{"driver":"ipmi","password":"p"}}`,
 		`{"a":1}`, `[]`, `null`, `"x"`, `{"hostname":1e999}`, `{"macs":[null]}`, "\x00\xff", ``,
 	} {
-		for path := range 6 {
+		for path := range 7 {
 			f.Add(uint8(path), []byte(seed))
 		}
 	}
@@ -53,6 +54,7 @@ func FuzzAPIBodies(f *testing.F) {
 		{"POST", "/api/v1/machines/n1/commission"},
 		{"POST", "/api/v1/machines/n1/deploy"},
 		{"DELETE", "/api/v1/allocations/n1"},
+		{"POST", "/api/v1/tokens"},
 	}
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
 		target := targets[int(which)%len(targets)]

@@ -12,6 +12,8 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
+
+	"rackd/store"
 )
 
 // ServeCommand is `rackd serve [--config FILE] [--state-dir DIR] [--listen
@@ -31,6 +33,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "", "text or json")
 	printDefault := fs.Bool("print-default-config", false, "print the documented default configuration and exit")
+	rotate := fs.Bool("rotate-admin-token", false, "write a new admin token file at start-up; the old admin token stops working")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -68,6 +71,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	a, err := New(cfg, log)
 	if err != nil {
 		return err
+	}
+	if *rotate {
+		if _, _, err := a.RotateAdminToken(ctx, store.System); err != nil {
+			a.Close()
+			return fmt.Errorf("rotate the admin token: %w", err)
+		}
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

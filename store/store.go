@@ -592,6 +592,9 @@ func (s *Store) updateAsync(ctx context.Context, p patience, fn func(*Tx) error,
 	}
 }
 
+// QueuedWrites is the number of writes waiting for the committer.
+func (s *Store) QueuedWrites() int { return len(s.ops) }
+
 // tryUpdateAsync is updateAsync for bookkeeping that is dropped rather than
 // waited for when the write queue is full.
 func (s *Store) tryUpdateAsync(delay time.Duration, fn func(*Tx) error, then func(error)) error {
