@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"rackd/agent/api"
+	"rackd/internal/atomicfile"
 	"rackd/store"
 )
 
@@ -102,7 +103,7 @@ func (a *Agent) RotateAdminToken(ctx context.Context, who store.Actor) (store.To
 	if err != nil {
 		return store.Token{}, nil, err
 	}
-	if err := writeFileAtomic(path, []byte(secret+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(secret+"\n"), atomicfile.Options{Perm: 0o600}); err != nil {
 		a.log.Error("the admin token was rotated but its file could not be written: the old token no longer works; run rackd serve --rotate-admin-token to write a new one",
 			"path", path, "err", err)
 		return store.Token{}, nil, fmt.Errorf("write the admin token file: %w", err)
