@@ -1,6 +1,32 @@
 package agent
 
-import "rackd/power/powertest"
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"rackd/power/powertest"
+)
 
 // The agent's tests run [power.fake]; the shipped binary has no fake driver.
 func init() { FakePowerDriver = powertest.Driver }
+
+// Without the fake driver linked in (the shipped rackd), [power.fake]
+// enabled is refused at start with the reason, not silently ignored.
+func TestFakePowerNeedsTestBuild(t *testing.T) {
+	saved := FakePowerDriver
+	FakePowerDriver = nil
+	t.Cleanup(func() { FakePowerDriver = saved })
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.Power.Fake.Enabled = true
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
+		a.Close()
+		t.Fatal("agent.New with [power.fake] enabled and no fake driver succeeded")
+	}
+	if !strings.Contains(err.Error(), "power.fake.enabled") || !strings.Contains(err.Error(), "rackd_fakepower") {
+		t.Errorf("error %q does not say what is wrong and how to get the fake", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,9 +97,11 @@ func TestPowerRealBMC(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// A wrong password fails, says why, and does not repeat the password.
+	// A wrong password fails, says why on one line, and does not repeat
+	// the password.
 	r := waitPowerLong(t, ta, request("bad", "on"))
-	if r.State != "failed" || !strings.Contains(r.Error, "authentication") || strings.Contains(r.Error, simA.Password) {
+	if r.State != "failed" || !strings.Contains(r.Error, "authentication failed (wrong user or password") ||
+		strings.Contains(r.Error, simA.Password) || strings.ContainsAny(r.Error, "\n\r") {
 		t.Errorf("wrong password: %+v", r)
 	}
 
@@ -123,6 +126,82 @@ func TestPowerRealBMC(t *testing.T) {
 	ta.call(t, ta.admin, "GET", "/api/v1/machines/c/events", nil, &evs)
 	if len(evs) == 0 || evs[len(evs)-1].Action != "power-failed" {
 		t.Errorf("no power-failed event on c: %+v", evs)
+	}
+}
+
+// TestPowerRealBMCRefusesBootDevice: a real BMC (ipmi_sim) that refuses
+// set-boot-device fails the commissioning power-on with one clear error and
+// a power-failed event saying so, and the machine is not powered on; once
+// the BMC takes the command again, enforcement powers the machine on with
+// next boot PXE, as the phase's first power-on would have (a machine with
+// an installed disk powered on without it boots the disk).
+func TestPowerRealBMCRefusesBootDevice(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the test peers (ipmi_sim, ipmitool from scripts/test-deps.sh); run as root or via make test")
+	}
+	refuse := filepath.Join(t.TempDir(), "refuse-boot")
+	if err := os.WriteFile(refuse, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sim := ipmisim.Start(t, ipmisim.Options{BootCmd: []string{"test", "!", "-e", refuse}})
+	ta := startAgent(t, func(c *Config) {
+		c.Power.VerifyInterval = Duration(200 * time.Millisecond)
+		c.Power.VerifyDeadline = Duration(15 * time.Second)
+		c.Power.CommandTimeout = Duration(5 * time.Second)
+		c.Power.Retries = 1
+		c.Power.Backoff = Duration(100 * time.Millisecond)
+		c.Power.MinInterval = 0
+		c.Power.PollInterval = Duration(time.Second)
+	})
+	ta.addMachine(t, api.CreateMachine{Hostname: "n", MACs: []string{"52:54:00:00:02:01"}, State: "NEW",
+		Power: &api.PowerParams{Driver: "ipmi", Address: sim.Addr, Username: sim.User, Password: sim.Password}})
+	var m api.Machine
+	if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/n/commission", nil, &m); status != 200 {
+		t.Fatalf("commission: %d %s", status, raw)
+	}
+	var mp api.MachinePower
+	ta.call(t, ta.admin, "GET", "/api/v1/machines/n/power", nil, &mp)
+	if len(mp.Pending) != 1 || mp.Pending[0].Action != "on" || mp.Pending[0].NextBoot != "pxe" {
+		t.Fatalf("commissioning queued %+v, want one on with next boot pxe", mp.Pending)
+	}
+	first := waitPowerLong(t, ta, mp.Pending[0].ID)
+	if first.State != "failed" || !strings.HasPrefix(first.Error, "BMC refused set-boot-device: ") ||
+		!strings.Contains(first.Error, "completion code") || strings.ContainsAny(first.Error, "\n\r") {
+		t.Errorf("the refused power-on: %s %q", first.State, first.Error)
+	}
+	var evs []api.Event
+	ta.call(t, ta.admin, "GET", "/api/v1/machines/n/events", nil, &evs)
+	found := false
+	for _, e := range evs {
+		if e.Action == "power-failed" && strings.HasPrefix(e.Reason, first.ID+" on ") {
+			found = strings.Contains(e.Reason, "BMC refused set-boot-device: ")
+		}
+	}
+	if !found {
+		t.Errorf("no power-failed event for %s saying the BMC refused set-boot-device: %+v", first.ID, evs)
+	}
+	if on, err := sim.Power(); err != nil || on {
+		t.Errorf("the machine was powered on (%v, %v) although the BMC refused set-boot-device", on, err)
+	}
+
+	// The BMC takes set-boot-device again: enforcement powers the
+	// machine on, and the boot device was set to PXE first.
+	if err := os.Remove(refuse); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		on, _ := sim.Power()
+		if on {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("enforcement did not power the machine on within 60s; hook log:\n%s", sim.HookLog())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if boot, _ := sim.BootDevice(); boot != "pxe" {
+		t.Errorf("enforcement powered the machine on with boot device %q, want pxe; hook log:\n%s", boot, sim.HookLog())
 	}
 }
 

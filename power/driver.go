@@ -68,12 +68,16 @@ func (s *State) UnmarshalText(b []byte) error {
 type BootDevice int
 
 const (
-	BootPXE BootDevice = iota + 1
+	// BootNone sets nothing: the machine boots in its firmware's order.
+	BootNone BootDevice = iota
+	BootPXE
 	BootDisk
 )
 
 func (b BootDevice) String() string {
 	switch b {
+	case BootNone:
+		return ""
 	case BootPXE:
 		return "pxe"
 	case BootDisk:
@@ -81,6 +85,19 @@ func (b BootDevice) String() string {
 	default:
 		return "unknown"
 	}
+}
+
+// ParseBootDevice is the inverse of String: "pxe", "disk", or "" (none).
+func ParseBootDevice(s string) (BootDevice, error) {
+	switch s {
+	case "":
+		return BootNone, nil
+	case "pxe":
+		return BootPXE, nil
+	case "disk":
+		return BootDisk, nil
+	}
+	return BootNone, fmt.Errorf("boot device %q: want pxe or disk", s)
 }
 
 // Target says how to reach one machine's BMC. Password is a secret: drivers

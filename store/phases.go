@@ -372,7 +372,10 @@ func (t *Tx) cycleIntoPXE(m Machine, who, what, why string) error {
 	} else {
 		why = what + ": " + why
 	}
-	_, err = t.enqueuePower(m, PowerCycle, "pxe", who, why)
+	if NextBootFor(m, PowerCycle) != power.BootPXE {
+		return fmt.Errorf("store: cycle into PXE of machine %s, %s, which does not boot from the network", m.ID, m.State)
+	}
+	_, err = t.enqueuePower(m, PowerCycle, who, why)
 	return err
 }
 

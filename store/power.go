@@ -139,24 +139,23 @@ type PowerPolicy struct {
 	// Desired is on or off; unknown leaves the desired power as it is.
 	Desired power.State
 	Mode    PowerMode
-	// NextBoot ("pxe") is set before the machine is powered on.
-	NextBoot string
 	// Once: apply at the transition even when nothing seems to change (off
 	// once, then expect).
 	Once bool
 }
 
 // PowerPolicyFor is the per-state policy table (docs/ARCHITECTURE.md
-// section 3): idle machines are kept off; machines being commissioned or deployed are
-// kept on and boot from the network; failed, broken and retired machines are
-// powered off once and then only watched, so a human can debug them; a
-// deployed machine's power is its owner's business.
+// section 3): idle machines are kept off; machines being commissioned or
+// deployed are kept on and boot from the network (NextBootFor); failed,
+// broken and retired machines are powered off once and then only watched,
+// so a human can debug them; a deployed machine's power is its owner's
+// business.
 func PowerPolicyFor(s State) PowerPolicy {
 	switch s {
 	case StateNew, StateReady, StateAllocated, StateReleasing:
 		return PowerPolicy{Desired: power.StateOff, Mode: ModeEnforce}
 	case StateCommissioning, StateDeploying:
-		return PowerPolicy{Desired: power.StateOn, Mode: ModeEnforce, NextBoot: "pxe"}
+		return PowerPolicy{Desired: power.StateOn, Mode: ModeEnforce}
 	case StateFailedCommissioning, StateFailedDeployment, StateBroken, StateRetired:
 		return PowerPolicy{Desired: power.StateOff, Mode: ModeExpect, Once: true}
 	case StateDeployed:
@@ -164,6 +163,24 @@ func PowerPolicyFor(s State) PowerPolicy {
 	}
 	// Unknown states (a newer database?) are left alone.
 	return PowerPolicy{Mode: ModeNone}
+}
+
+// NextBootFor is the next-boot rule, and the only place that decides it:
+// a power-on (on, or a cycle) of a machine in a phase that runs rackd's
+// environment (commissioning, deployment, a release with an erase: phaseOf)
+// sets next boot PXE first, every time, whoever asks for it: the transition
+// into the phase, enforcement after the machine was seen off, an admin. A
+// machine with an installed disk that is powered on without it boots that
+// disk, and the phase waits for a report that never comes. Otherwise the
+// machine boots in its firmware's order (BootNone).
+func NextBootFor(m Machine, action PowerAction) power.BootDevice {
+	if action != PowerOn && action != PowerCycle {
+		return power.BootNone
+	}
+	if phaseOf(m) != "" {
+		return power.BootPXE
+	}
+	return power.BootNone
 }
 
 // powerKey orders requests by their sequence number.
@@ -227,14 +244,15 @@ func (t *Tx) powerStatus(m Machine) (PowerStatus, error) {
 	return PowerStatus{Desired: p.Desired, Mode: p.Mode, Observed: power.StateUnknown}, nil
 }
 
-// enqueuePower writes a new pending request and tells the queue.
-func (t *Tx) enqueuePower(m Machine, action PowerAction, nextBoot, who, why string) (PowerRequest, error) {
+// enqueuePower writes a new pending request and tells the queue. Its next
+// boot is NextBootFor's, whoever queues it.
+func (t *Tx) enqueuePower(m Machine, action PowerAction, who, why string) (PowerRequest, error) {
 	seq, err := t.nextSeq(bucketPowerRequests)
 	if err != nil {
 		return PowerRequest{}, err
 	}
 	r := PowerRequest{ID: "pr-" + strconv.FormatUint(seq, 10), Machine: m.ID, Action: action,
-		NextBoot: nextBoot, Who: who, Why: why, State: PowerPending, Created: t.now}
+		NextBoot: NextBootFor(m, action).String(), Who: who, Why: why, State: PowerPending, Created: t.now}
 	if err := t.putPowerRequest(seq, r); err != nil {
 		return PowerRequest{}, err
 	}
@@ -263,7 +281,10 @@ func (t *Tx) applyPowerPolicy(m Machine, from State, who, why string) error {
 	if ps.Mode != ModeExpect {
 		ps.Drift = false
 	}
-	act := p.Mode != ModeNone && (p.Desired != old.Desired || old.Mode != ModeEnforce || p.NextBoot != "" || p.Once)
+	// A phase that keeps the machine on (and boots it from the network)
+	// powers it on at every entry, even when it was on already.
+	phaseOn := p.Desired == power.StateOn && NextBootFor(m, PowerOn) != power.BootNone
+	act := p.Mode != ModeNone && (p.Desired != old.Desired || old.Mode != ModeEnforce || phaseOn || p.Once)
 	if ps != old {
 		if err := t.put(bucketPowerState, []byte(m.ID), ps); err != nil {
 			return err
@@ -281,7 +302,7 @@ func (t *Tx) applyPowerPolicy(m Machine, from State, who, why string) error {
 	if err != nil {
 		return err
 	}
-	_, err = t.enqueuePower(m, action, p.NextBoot, who, why)
+	_, err = t.enqueuePower(m, action, who, why)
 	return err
 }
 
@@ -340,7 +361,7 @@ func (s *Store) RequestPower(ctx context.Context, actor Actor, machine string, a
 			}
 		}
 		t.powerKicks = nil
-		r, err = t.enqueuePower(m, action, "", actor.Name, why)
+		r, err = t.enqueuePower(m, action, actor.Name, why)
 		kicks = t.powerKicks
 		return err
 	})
@@ -588,7 +609,7 @@ func (s *Store) ObservePower(ctx context.Context, machine string, observed power
 				if err != nil {
 					return err
 				}
-				r, err := t.enqueuePower(m, action, "", "rackd/enforce",
+				r, err := t.enqueuePower(m, action, "rackd/enforce",
 					fmt.Sprintf("drift: power is %s, desired %s (%s)", observed, ps.Desired, m.State))
 				if err != nil {
 					return err
@@ -651,6 +672,9 @@ func (t *Tx) checkPower(machines map[string]Machine, bad func(string, ...any)) {
 			bad("power request %s stored under key %x", r.ID, k)
 		case !r.Action.Valid():
 			bad("power request %s: unknown action %q", r.ID, r.Action)
+		}
+		if _, err := power.ParseBootDevice(r.NextBoot); err != nil {
+			bad("power request %s: %v", r.ID, err)
 		}
 		if _, ok := machines[r.Machine]; !ok {
 			bad("power request %s: machine %s does not exist", r.ID, r.Machine)

@@ -14,11 +14,11 @@ import (
 func TestPowerPolicyTable(t *testing.T) {
 	want := map[State]PowerPolicy{
 		StateNew:                 {Desired: power.StateOff, Mode: ModeEnforce},
-		StateCommissioning:       {Desired: power.StateOn, Mode: ModeEnforce, NextBoot: "pxe"},
+		StateCommissioning:       {Desired: power.StateOn, Mode: ModeEnforce},
 		StateFailedCommissioning: {Desired: power.StateOff, Mode: ModeExpect, Once: true},
 		StateReady:               {Desired: power.StateOff, Mode: ModeEnforce},
 		StateAllocated:           {Desired: power.StateOff, Mode: ModeEnforce},
-		StateDeploying:           {Desired: power.StateOn, Mode: ModeEnforce, NextBoot: "pxe"},
+		StateDeploying:           {Desired: power.StateOn, Mode: ModeEnforce},
 		StateDeployed:            {Mode: ModeNone},
 		StateFailedDeployment:    {Desired: power.StateOff, Mode: ModeExpect, Once: true},
 		StateReleasing:           {Desired: power.StateOff, Mode: ModeEnforce},
@@ -41,6 +41,93 @@ func TestPowerPolicyTable(t *testing.T) {
 	if got := PowerPolicyFor("NOT_A_STATE"); got.Mode != ModeNone || got.Desired != power.StateUnknown {
 		t.Errorf("unknown state: %+v, want mode none", got)
 	}
+}
+
+// TestNextBootFor pins the next-boot rule for every state, with and without
+// the erase flag, and every action: power-ons (on, cycle) in commissioning,
+// deployment and an erasing release boot from the network; nothing else
+// sets a boot device.
+func TestNextBootFor(t *testing.T) {
+	pxe := map[State]bool{StateCommissioning: true, StateDeploying: true}
+	for _, s := range States {
+		for _, erase := range []bool{false, true} {
+			for _, a := range []PowerAction{PowerOn, PowerCycle, PowerOff, PowerQuery} {
+				want := power.BootNone
+				if (a == PowerOn || a == PowerCycle) && (pxe[s] || s == StateReleasing && erase) {
+					want = power.BootPXE
+				}
+				if got := NextBootFor(Machine{State: s, Erase: erase}, a); got != want {
+					t.Errorf("NextBootFor(%s, erase %v, %s) = %q, want %q", s, erase, a, got, want)
+				}
+			}
+		}
+	}
+	if got := NextBootFor(Machine{State: "NOT_A_STATE"}, PowerOn); got != power.BootNone {
+		t.Errorf("unknown state: %q", got)
+	}
+}
+
+// TestEveryPhasePowerOnCarriesNextBoot: whoever queues the power-on of a
+// machine in a phase (the transition, enforcement after the machine was seen
+// off, an admin), it sets next boot PXE; outside a phase none does.
+func TestEveryPhasePowerOnCarriesNextBoot(t *testing.T) {
+	s := openTest(t, Options{}, true)
+	ctx := context.Background()
+	// drain ends a machine's open requests as failed, as a BMC that refused
+	// set-boot-device leaves them, and returns them.
+	drain := func(id string) []PowerRequest {
+		t.Helper()
+		open, _ := s.OpenPowerRequests(id)
+		for _, o := range open {
+			if _, err := s.StartPower(ctx, o.ID, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.FinishPower(ctx, o.ID, PowerFailed, 1, "BMC refused set-boot-device: test", power.StateOff); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return open
+	}
+	check := func(what string, open []PowerRequest, action PowerAction, next string) {
+		t.Helper()
+		if len(open) == 0 || open[len(open)-1].Action != action || open[len(open)-1].NextBoot != next {
+			t.Errorf("%s queued %+v, want %s with next boot %q last", what, open, action, next)
+		}
+	}
+
+	m := createPowered(t, s, "c1", 1, StateNew)
+	if _, err := s.Transition(ctx, testAdmin, TransitionRequest{Machine: m.ID, Action: ActionCommission}); err != nil {
+		t.Fatal(err)
+	}
+	check("commissioning", drain(m.ID), PowerOn, "pxe")
+	o, err := s.ObservePower(ctx, m.ID, power.StateOff)
+	if err != nil || o.Correction == nil {
+		t.Fatalf("enforcement of a COMMISSIONING machine seen off: %+v, %v", o, err)
+	}
+	check("enforcement in COMMISSIONING", drain(m.ID), PowerOn, "pxe")
+	if _, err := s.RequestPower(ctx, testAdmin, m.ID, PowerOn, "by hand"); err != nil {
+		t.Fatal(err)
+	}
+	check("an admin's on in COMMISSIONING", drain(m.ID), PowerOn, "pxe")
+
+	// An erasing release: a cycle into the erase environment, and
+	// enforcement keeps it on, booting from the network.
+	e := createPowered(t, s, "e1", 2, StateDeployed)
+	if _, err := s.StartRelease(ctx, testAdmin, e.ID, "", true); err != nil {
+		t.Fatal(err)
+	}
+	check("an erasing release", drain(e.ID), PowerCycle, "pxe")
+	if o, err := s.ObservePower(ctx, e.ID, power.StateOff); err != nil || o.Correction == nil {
+		t.Fatalf("enforcement of an erasing release seen off: %+v, %v", o, err)
+	}
+	check("enforcement in an erasing release", drain(e.ID), PowerOn, "pxe")
+
+	// Outside a phase a power-on boots in the firmware's order.
+	r := createPowered(t, s, "r1", 3, StateReady)
+	if _, err := s.RequestPower(ctx, testAdmin, r.ID, PowerCycle, ""); err != nil {
+		t.Fatal(err)
+	}
+	check("an admin's cycle of a READY machine", drain(r.ID), PowerCycle, "")
 }
 
 func createPowered(t *testing.T, s *Store, hostname string, i int, state State) Machine {

@@ -63,6 +63,10 @@ type Options struct {
 	// before the power bit changes; a non-zero exit makes the BMC refuse the
 	// command. With Machine, they run before it is started or stopped.
 	OnCmd, OffCmd []string
+	// BootCmd, when set, runs the same way before the boot device changes
+	// (a set-boot-device command); a non-zero exit makes the BMC refuse it,
+	// as BMCs that do not support boot options do.
+	BootCmd []string
 	// StartTimeout bounds the wait for readiness (default 10 s).
 	StartTimeout time.Duration
 }
@@ -266,7 +270,7 @@ mc_enable 0x20
 func (s *Sim) hookScript() string {
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n# written by rackd's internal/ipmisim\ndir=$1; shift; op=$1; shift\n")
-	fmt.Fprintf(&b, "on_cmd() { %s; }\noff_cmd() { %s; }\n", orTrue(s.opts.OnCmd), orTrue(s.opts.OffCmd))
+	fmt.Fprintf(&b, "on_cmd() { %s; }\noff_cmd() { %s; }\nboot_cmd() { %s; }\n", orTrue(s.opts.OnCmd), orTrue(s.opts.OffCmd), orTrue(s.opts.BootCmd))
 	if len(s.opts.Machine) > 0 {
 		// Not a process group leader when backgrounded, so setsid execs in
 		// place and $! is the machine's PID (and its process group).
@@ -321,7 +325,7 @@ set)
 	while [ $# -ge 2 ]; do
 		case $1 in
 		power) set_power "$2" || exit 1 ;;
-		boot) echo "$2" >"$dir/boot" ;;
+		boot) boot_cmd >>"$dir/hook.log" 2>&1 || exit 1; echo "$2" >"$dir/boot" ;;
 		reset) if [ "$(get_power)" = 1 ]; then set_power 0 && set_power 1 || exit 1; fi ;;
 		shutdown) set_power 0 || exit 1 ;;
 		esac

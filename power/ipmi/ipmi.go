@@ -408,8 +408,8 @@ func (d *Driver) run(ctx, parent context.Context, b *bmc, t power.Target, fn fun
 	at, ok := d.refused[ref]
 	d.mu.Unlock()
 	if ok && time.Since(at) < d.opts.AuthRetryAfter {
-		return fmt.Errorf("%w: the BMC refused this user name and password %v ago; not asking again for %v (each refused login holds a BMC session slot)",
-			power.ErrAuth, time.Since(at).Round(time.Millisecond), d.opts.AuthRetryAfter)
+		return &kindError{kind: power.ErrAuth, msg: fmt.Sprintf("%s: the BMC refused this user name and password %v ago; not asking again for %v (each refused login holds a BMC session slot)",
+			authFailed, time.Since(at).Round(time.Millisecond), d.opts.AuthRetryAfter)}
 	}
 	b.lastUsed = time.Now()
 	connect := func() error {
@@ -547,29 +547,62 @@ func isAuth(err error) bool {
 	return false
 }
 
-// classify wraps err in the power error kind the queue and metrics use.
+// authFailed opens the text of every refused login: what an operator sees
+// in the request's error and the machine's events.
+const authFailed = "authentication failed (wrong user or password: check the machine's power credentials)"
+
+// kindError is an error of one power error kind (errors.Is finds the kind)
+// whose text says it in its own words, without the kind's generic text.
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
+// flatError is an error whose text is made one line (go-ipmi joins its
+// errors with newlines, which an error in an event or a log line must not
+// carry); it still unwraps to the original.
+type flatError struct {
+	msg string
+	err error
+}
+
+func (e *flatError) Error() string { return e.msg }
+func (e *flatError) Unwrap() error { return e.err }
+
+// oneLine is err's text on one line, runs of white space made one space.
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+// classify wraps err in the power error kind the queue and metrics use, its
+// text made one line.
 func classify(err error) error {
+	detail := oneLine(err)
 	switch {
 	case isAuth(err):
-		return fmt.Errorf("%w: the BMC refused the user name or password (check the machine's power credentials): %v", power.ErrAuth, err)
+		return &kindError{kind: power.ErrAuth, msg: authFailed + ": " + detail}
 	case isUnreachable(err):
-		return fmt.Errorf("%w: %v", power.ErrUnreachable, err)
+		return fmt.Errorf("%w: %s", power.ErrUnreachable, detail)
 	case isTimeout(err):
-		return fmt.Errorf("%w: no answer: %v", power.ErrTimeout, err)
+		return fmt.Errorf("%w: no answer: %s", power.ErrTimeout, detail)
 	}
 	if s := err.Error(); strings.Contains(s, "Open Session failed") && strings.Contains(s, "too short") {
 		// ipmi_sim, and BMCs like it, answer a bare status when it offers
 		// no such cipher suite or every session slot is taken (refused
 		// logins hold one for a while).
-		return fmt.Errorf("%w: the BMC would not open a session (cipher suite not offered, or all its session slots taken): %v", power.ErrBMC, err)
+		return fmt.Errorf("%w: the BMC would not open a session (cipher suite not offered, or all its session slots taken): %s", power.ErrBMC, detail)
 	}
 	var rerr *types.ResponseError
 	if errors.As(err, &rerr) {
-		return fmt.Errorf("%w: completion code %#02x: %v", power.ErrBMC, uint8(rerr.CompletionCode()), err)
+		return fmt.Errorf("%w: completion code %#02x: %s", power.ErrBMC, uint8(rerr.CompletionCode()), detail)
 	}
 	var serr *types.RmcpStatusError
 	if errors.As(err, &serr) {
-		return fmt.Errorf("%w: %v", power.ErrBMC, err)
+		return fmt.Errorf("%w: %s", power.ErrBMC, detail)
+	}
+	if detail != err.Error() {
+		return &flatError{msg: detail, err: err}
 	}
 	return err
 }

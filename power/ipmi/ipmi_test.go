@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -163,6 +164,37 @@ func TestSeveralBMCsCrossChecked(t *testing.T) {
 	}
 }
 
+// A BMC that refuses set-boot-device (ipmi_sim whose hook refuses boot
+// changes, as BMCs without boot options do) gives ErrBMC with the completion
+// code, on one line; the boot device is unchanged and other commands work.
+func TestSetNextBootRefused(t *testing.T) {
+	needSim(t)
+	refuse := filepath.Join(t.TempDir(), "refuse")
+	if err := os.WriteFile(refuse, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sim := ipmisim.Start(t, ipmisim.Options{BootCmd: []string{"test", "!", "-e", refuse}})
+	d := newDriver(t, Options{})
+	ctx := testCtx(t)
+	err := d.SetNextBoot(ctx, target(sim), power.BootPXE)
+	if !errors.Is(err, power.ErrBMC) || !strings.Contains(err.Error(), "completion code 0xff") || strings.ContainsAny(err.Error(), "\n\r") {
+		t.Fatalf("refused set-boot-device: %q, want ErrBMC with the completion code on one line", err)
+	}
+	if dev, _ := sim.BootDevice(); dev != "default" {
+		t.Fatalf("boot device %q after a refused set-boot-device", dev)
+	}
+	if st, err := d.Status(ctx, target(sim)); err != nil || st != power.StateOff {
+		t.Fatalf("status beside the refusal: %v, %v", st, err)
+	}
+	os.Remove(refuse)
+	if err := d.SetNextBoot(ctx, target(sim), power.BootPXE); err != nil {
+		t.Fatalf("set-boot-device once the BMC accepts it: %v", err)
+	}
+	if dev, _ := sim.BootDevice(); dev != "pxe" {
+		t.Fatalf("boot device %q, want pxe", dev)
+	}
+}
+
 // A wrong password is a clear ErrAuth whose text names neither password, the
 // driver does not hammer the BMC with the same wrong password (each refused
 // login holds one of its 63 session slots for 30 s), and the right password
@@ -186,6 +218,11 @@ func TestWrongPassword(t *testing.T) {
 		}
 		if i == 0 && (!strings.Contains(msg, "password") || !strings.Contains(msg, sim.Addr) || !strings.Contains(msg, "admin")) {
 			t.Fatalf("error does not say what to fix: %s", msg)
+		}
+		// One line that says what happened first, then the library's
+		// details (go-ipmi's own text has newlines in it).
+		if want := "ipmi " + sim.Addr + " (user admin): chassis status: authentication failed (wrong user or password"; !strings.HasPrefix(msg, want) || strings.ContainsAny(msg, "\n\r\t") {
+			t.Fatalf("attempt %d: error text %q, want one line starting %q", i, msg, want)
 		}
 	}
 	if st, err := d.Status(ctx, target(sim)); err != nil || st != power.StateOff {

@@ -36,6 +36,7 @@ type Fake struct {
 	cycleOff, onDelay time.Duration
 	state             map[string]*fakeMachine
 	fail              map[string]*failure
+	failCmd           map[string]*failure // address NUL command
 	hang              map[string]chan struct{}
 	// hangAfter: commands with an effect hang once effects (the commands
 	// that took effect here, not those replayed from the log) reaches it;
@@ -58,6 +59,11 @@ type fakeMachine struct {
 	state    power.State
 	onAfter  time.Time // reads off until then (cycle or slow on)
 	nextBoot power.BootDevice
+	// bootedFrom is what the last boot (a power-on from off, a cycle) used:
+	// the next boot then set, BootNone for the firmware's order. A next
+	// boot is used once, as IPMI's boot flags are.
+	bootedFrom power.BootDevice
+	boots      int
 }
 
 type failure struct {
@@ -78,7 +84,7 @@ const (
 func NewFake() *Fake {
 	return &Fake{
 		addrLatency: map[string]time.Duration{}, state: map[string]*fakeMachine{},
-		fail: map[string]*failure{}, hang: map[string]chan struct{}{},
+		fail: map[string]*failure{}, failCmd: map[string]*failure{}, hang: map[string]chan struct{}{},
 		counts: map[string]map[string]int{}, starts: map[string][]time.Time{},
 		inFlightKey: map[string]int{}, inFlightAddr: map[string]int{},
 		maxKey: map[string]int{}, maxAddr: map[string]int{}, cycles: map[string]int{},
@@ -191,6 +197,19 @@ func (f *Fake) Fail(addr string, n int, err error) {
 	f.fail[addr] = &failure{n: n, err: err}
 }
 
+// FailCommand makes the next n commands cmd (CmdBoot...) to addr fail with
+// err, the other commands working (n < 0: all of them, until
+// FailCommand(addr, cmd, 0, nil)): a BMC that refuses one kind of command.
+func (f *Fake) FailCommand(addr, cmd string, n int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n == 0 {
+		delete(f.failCmd, addr+"\x00"+cmd)
+		return
+	}
+	f.failCmd[addr+"\x00"+cmd] = &failure{n: n, err: err}
+}
+
 // Hang makes commands to addr block until their ctx is done or Release.
 func (f *Fake) Hang(addr string) {
 	f.mu.Lock()
@@ -236,11 +255,21 @@ func (f *Fake) State(key string) power.State {
 	return f.read(key, time.Now())
 }
 
-// NextBoot is the boot device last set for a machine (0 when never).
+// NextBoot is the boot device set for a machine's next boot (BootNone when
+// none is pending).
 func (f *Fake) NextBoot(key string) power.BootDevice {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.machine(key).nextBoot
+}
+
+// BootedFrom is what a machine's last boot used and how many times it has
+// booted (powered on from off, or cycled).
+func (f *Fake) BootedFrom(key string) (dev power.BootDevice, boots int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.machine(key)
+	return m.bootedFrom, m.boots
 }
 
 // Count is how many commands cmd (CmdOn...) reached the machine, including
@@ -338,18 +367,41 @@ func (f *Fake) apply(cmd, key, req string, now time.Time) {
 	case CmdOn:
 		if m.state != power.StateOn {
 			m.onAfter = now.Add(f.onDelay)
+			m.boot()
 		}
 		m.state = power.StateOn
 	case CmdOff:
 		m.state, m.onAfter = power.StateOff, time.Time{}
 	case CmdCycle:
 		m.state, m.onAfter = power.StateOn, now.Add(f.cycleOff)
+		m.boot()
 		f.cycles[req]++
 	case "boot-pxe":
 		m.nextBoot = power.BootPXE
 	case "boot-disk":
 		m.nextBoot = power.BootDisk
 	}
+}
+
+// takeFailure uses up one failure configured under key, if any.
+func takeFailure(m map[string]*failure, key string) (bool, error) {
+	fl := m[key]
+	if fl == nil {
+		return false, nil
+	}
+	if fl.n > 0 {
+		fl.n--
+		if fl.n == 0 {
+			delete(m, key)
+		}
+	}
+	return true, fl.err
+}
+
+// boot uses up the next boot.
+func (m *fakeMachine) boot() {
+	m.bootedFrom, m.nextBoot = m.nextBoot, power.BootNone
+	m.boots++
 }
 
 // run is one command: bookkeeping, latency or hang, failure, then effect.
@@ -411,14 +463,13 @@ func (f *Fake) run(ctx context.Context, t power.Target, cmd string, effect strin
 		f.mu.Lock()
 		return power.StateUnknown, fmt.Errorf("fake bmc %s: %s: no answer: %w", t.Address, cmd, power.ErrTimeout)
 	}
-	if fl := f.fail[t.Address]; fl != nil {
-		if fl.n > 0 {
-			fl.n--
-			if fl.n == 0 {
-				delete(f.fail, t.Address)
-			}
+	for _, fl := range []struct {
+		m   map[string]*failure
+		key string
+	}{{f.fail, t.Address}, {f.failCmd, t.Address + "\x00" + cmd}} {
+		if ok, err := takeFailure(fl.m, fl.key); ok {
+			return power.StateUnknown, fmt.Errorf("fake bmc %s: %s: %w", t.Address, cmd, err)
 		}
-		return power.StateUnknown, fmt.Errorf("fake bmc %s: %s: %w", t.Address, cmd, fl.err)
 	}
 	now := time.Now()
 	if effect != "" {

@@ -541,6 +541,10 @@ func (j *job) backoff(attempt int) time.Duration {
 func (j *job) run(ctx context.Context, nextBoot string, resumed bool) error {
 	r := &j.r
 	final := r.Action.Final()
+	boot, err := power.ParseBootDevice(nextBoot)
+	if err != nil {
+		return fmt.Errorf("power request %s: next boot: %w", r.ID, err)
+	}
 	if resumed && (r.Action == store.PowerOn || r.Action == store.PowerOff) {
 		// Interrupted by a restart: it may have worked already.
 		if s, err := j.cmdStatus(ctx); err == nil && s == final {
@@ -570,10 +574,10 @@ func (j *job) run(ctx context.Context, nextBoot string, resumed bool) error {
 			if r.Action == store.PowerQuery {
 				_, err = j.cmdStatus(ctx)
 			} else {
-				err = j.onOff(ctx, r.Action, nextBoot)
+				err = j.onOff(ctx, r.Action, boot)
 			}
 		case store.PowerCycle:
-			err = j.cycle(ctx, nextBoot)
+			err = j.cycle(ctx, boot)
 		default:
 			return fmt.Errorf("unknown power action %q", r.Action)
 		}
@@ -595,14 +599,27 @@ func (j *job) progress(ctx context.Context, phase string) error {
 	return j.q.st.PowerProgress(ctx, j.r.ID, j.r.Attempts, phase)
 }
 
-func (j *job) onOff(ctx context.Context, action store.PowerAction, nextBoot string) error {
-	if action == store.PowerOn && nextBoot != "" {
-		dev := power.BootPXE
-		if nextBoot == "disk" {
-			dev = power.BootDisk
-		}
-		if err := j.cmd(ctx, "set_boot", func(c context.Context) error { return j.drv.SetNextBoot(c, j.target, dev) }); err != nil {
-			return fmt.Errorf("set next boot %s: %w", nextBoot, err)
+// setNextBoot sets the boot device a power-on needs. Its failure ends the
+// try: the power-on is never sent without it (a machine with an installed
+// disk would boot that disk instead of rackd's environment).
+func (j *job) setNextBoot(ctx context.Context, dev power.BootDevice) error {
+	if dev == power.BootNone {
+		return nil
+	}
+	err := j.cmd(ctx, "set_boot", func(c context.Context) error { return j.drv.SetNextBoot(c, j.target, dev) })
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, power.ErrBMC), errors.Is(err, power.ErrUnsupported):
+		return fmt.Errorf("BMC refused set-boot-device: next boot %s is required before powering on, so the machine was not powered on: %w", dev, err)
+	}
+	return fmt.Errorf("set-boot-device %s failed, so the machine was not powered on: %w", dev, err)
+}
+
+func (j *job) onOff(ctx context.Context, action store.PowerAction, boot power.BootDevice) error {
+	if action == store.PowerOn {
+		if err := j.setNextBoot(ctx, boot); err != nil {
+			return err
 		}
 	}
 	var err error
@@ -621,17 +638,11 @@ func (j *job) onOff(ctx context.Context, action store.PowerAction, nextBoot stri
 // before the command leaves. A cycle that may have been executed (sent,
 // whatever the answer) is only verified; if the machine is not on by the
 // deadline it is powered on, never cycled again.
-func (j *job) cycle(ctx context.Context, nextBoot string) error {
+func (j *job) cycle(ctx context.Context, boot power.BootDevice) error {
 	if j.r.Phase != store.PhaseCycleSent {
 		j.r.Attempts++
-		if nextBoot != "" {
-			dev := power.BootPXE
-			if nextBoot == "disk" {
-				dev = power.BootDisk
-			}
-			if err := j.cmd(ctx, "set_boot", func(c context.Context) error { return j.drv.SetNextBoot(c, j.target, dev) }); err != nil {
-				return fmt.Errorf("set next boot %s: %w", nextBoot, err)
-			}
+		if err := j.setNextBoot(ctx, boot); err != nil {
+			return err
 		}
 		if err := j.progress(ctx, store.PhaseCycleSent); err != nil {
 			return err
@@ -657,6 +668,11 @@ func (j *job) cycle(ctx context.Context, nextBoot string) error {
 	j.r.Attempts++
 	if perr := j.progress(ctx, store.PhaseCycleSent); perr != nil {
 		return perr
+	}
+	// This power-on needs the next boot as much as the cycle did (the
+	// cycle may never have happened, or this is a restart after a crash).
+	if berr := j.setNextBoot(ctx, boot); berr != nil {
+		return fmt.Errorf("power cycle: %v; then %w", err, berr)
 	}
 	if oerr := j.cmd(ctx, "on", func(c context.Context) error { return j.drv.PowerOn(c, j.target) }); oerr != nil {
 		return fmt.Errorf("power cycle: %v; then power on: %w", err, oerr)

@@ -577,6 +577,53 @@ func TestPollEnforceAndExpect(t *testing.T) {
 	h.waitFor("a correction counted", func() bool { return testutil.ToFloat64(h.q.m.drift.WithLabelValues("corrected")) >= 1 })
 }
 
+// TestPhasePowerOnAlwaysCarriesNextBoot: a BMC that refuses set-boot-device
+// fails the commissioning power-on with a clear error and event, and no
+// power-on is sent; once it accepts again, the enforcement that powers the
+// machine on sets next boot PXE first, as the phase's first power-on does
+// (without it, a machine with an installed disk boots that disk).
+func TestPhasePowerOnAlwaysCarriesNextBoot(t *testing.T) {
+	cfg := fastConfig()
+	cfg.PollInterval = 100 * time.Millisecond
+	h := newHarness(t, cfg)
+	id, key := h.machine("n1", "bmc1")
+	h.fake.FailCommand("bmc1", powertest.CmdBoot, -1, fmt.Errorf("completion code 0xc1: %w", power.ErrBMC))
+	if _, err := h.st.Transition(context.Background(), admin, store.TransitionRequest{Machine: id, Action: store.ActionCommission}); err != nil {
+		t.Fatal(err)
+	}
+	open, _ := h.st.OpenPowerRequests(id)
+	if len(open) != 1 || open[0].Action != store.PowerOn || open[0].NextBoot != "pxe" {
+		t.Fatalf("commissioning queued %+v, want one on with next boot pxe", open)
+	}
+	first := open[0].ID
+	h.waitFinal(first)
+	r := h.get(first)
+	if r.State != store.PowerFailed || !strings.HasPrefix(r.Error, "BMC refused set-boot-device: ") || strings.Contains(r.Error, "\n") {
+		t.Errorf("the refused power-on: %s %q", r.State, r.Error)
+	}
+	evs, _ := h.st.Events(id, 0)
+	var failed []store.Event
+	for _, e := range evs {
+		if e.Action == "power-failed" {
+			failed = append(failed, e)
+		}
+	}
+	if len(failed) == 0 || !strings.Contains(failed[0].Reason, first+" on ") || !strings.Contains(failed[0].Reason, "BMC refused set-boot-device: ") {
+		t.Errorf("power-failed events %+v, want the first naming %s and the refusal", failed, first)
+	}
+	if n := h.fake.Count(key, powertest.CmdOn); n != 0 {
+		t.Errorf("%d power-ons sent while the BMC refused set-boot-device", n)
+	}
+
+	// The BMC takes boot-device commands again: enforcement (the machine
+	// is off, COMMISSIONING wants it on) powers it on, with next boot PXE.
+	h.fake.FailCommand("bmc1", powertest.CmdBoot, 0, nil)
+	h.waitFor("enforcement to power the machine on", func() bool { return h.fake.State(key) == power.StateOn })
+	if dev, boots := h.fake.BootedFrom(key); dev != power.BootPXE || boots != 1 {
+		t.Errorf("the machine booted %d time(s), the last from %q; want once, from pxe", boots, dev)
+	}
+}
+
 func TestMetricsExposition(t *testing.T) {
 	h := newHarness(t, fastConfig())
 	id, _ := h.machine("n1", "bmc1")
