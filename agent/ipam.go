@@ -224,23 +224,24 @@ func (a *Agent) assignIP(w http.ResponseWriter, r *http.Request, who store.Actor
 	if sreq.IP, err = parseAddr("ip", req.IP); err == nil {
 		sreq.Subnet, err = parsePrefix("subnet", req.Subnet)
 	}
-	if err == nil && !sreq.IP.IsValid() && !sreq.Alias {
-		// Asking again for "an address" is answered with the one it has.
-		if cur, ok := a.currentSticky(sreq.Machine, req.MAC, sreq.Subnet); ok {
-			writeJSON(w, http.StatusOK, addressView(cur))
-			return
-		}
-	}
+	// Asking again for "an address" is answered with the one it has (the
+	// store decides, in the assignment's transaction).
+	sreq.KeepCurrent = !sreq.IP.IsValid() && !sreq.Alias
 	if err == nil && !sreq.IP.IsValid() {
 		// No address asked for: probe the candidate first, as DHCP does.
-		sreq.IP, err = a.probedCandidate(r.Context(), sreq.Machine, req.MAC, sreq.Subnet)
+		sreq.Candidate, err = a.probedCandidate(r.Context(), sreq)
 	}
-	var addr store.Address
+	var res store.Assignment
 	if err == nil {
-		addr, err = a.store.AssignMachineIP(r.Context(), who, sreq)
+		res, err = a.store.AssignMachineAddress(r.Context(), who, sreq)
 	}
 	if err != nil {
 		a.storeError(w, r, err)
+		return
+	}
+	addr := res.Address
+	if res.Existing {
+		writeJSON(w, http.StatusOK, addressView(addr))
 		return
 	}
 	a.log.Info("machine address assigned", "machine", sreq.Machine, "ip", addr.IP, "mac", addr.MAC, "alias", req.Alias, "by", who.Name)
@@ -260,26 +261,6 @@ func (a *Agent) removeIP(w http.ResponseWriter, r *http.Request, who store.Actor
 	writeJSON(w, http.StatusOK, addressView(addr))
 }
 
-// currentSticky returns the sticky address an interface already has (in
-// subnet, when given).
-func (a *Agent) currentSticky(machine, mac string, subnet netip.Prefix) (store.Address, bool) {
-	m, err := a.store.Machine(machine)
-	if err != nil {
-		return store.Address{}, false
-	}
-	mac, err = store.NormalizeMAC(mac)
-	if err != nil {
-		return store.Address{}, false
-	}
-	addrs, _ := a.store.MachineAddresses(m)
-	for _, x := range addrs {
-		if x.Kind == store.KindSticky && x.MAC == mac && (!subnet.IsValid() || x.Subnet == subnet.Masked()) {
-			return x, true
-		}
-	}
-	return store.Address{}, false
-}
-
 // Prober finds out whether an address is in use on a link rackd is on. The
 // DHCP server's ARP prober implements it; nil means nothing is probed.
 type Prober interface {
@@ -288,14 +269,20 @@ type Prober interface {
 	InUse(ctx context.Context, ip netip.Addr) (mac string, ok bool, err error)
 }
 
-// probedCandidate picks the next static address for an interface and makes
-// sure nobody answers for it; addresses that answer are quarantined and the
-// next one is tried.
-func (a *Agent) probedCandidate(ctx context.Context, machine, mac string, subnet netip.Prefix) (netip.Addr, error) {
+// probedCandidate picks the static address the store would give req (which
+// asks for no particular address) and makes sure nobody answers for it;
+// addresses that answer are quarantined and the next one is tried. It
+// returns no address when there is nothing to probe (no prober: the store
+// picks in the assignment's transaction; or req keeps the interface's
+// current address).
+func (a *Agent) probedCandidate(ctx context.Context, req store.AssignRequest) (netip.Addr, error) {
+	if a.prober == nil {
+		return netip.Addr{}, nil
+	}
 	for range 8 {
-		ip, err := a.store.StickyCandidate(machine, mac, subnet)
-		if err != nil || a.prober == nil {
-			return ip, err
+		ip, need, err := a.store.AssignCandidate(req)
+		if err != nil || !need {
+			return netip.Addr{}, err
 		}
 		by, inUse, err := a.prober.InUse(ctx, ip)
 		if err != nil {
@@ -322,12 +309,16 @@ func (a *Agent) ensureSticky(ctx context.Context, m store.Machine) {
 	if err != nil || !need {
 		return
 	}
-	ip, err := a.probedCandidate(ctx, m.ID, m.MACs[0], netip.Prefix{})
+	req := store.AssignRequest{Machine: m.ID, MAC: m.MACs[0], KeepCurrent: true, Reason: "sticky address of the boot interface"}
+	req.Candidate, err = a.probedCandidate(ctx, req)
+	var res store.Assignment
 	if err == nil {
-		_, err = a.store.AssignMachineIP(ctx, store.System, store.AssignRequest{Machine: m.ID, MAC: m.MACs[0], IP: ip,
-			Reason: "sticky address of the boot interface"})
+		res, err = a.store.AssignMachineAddress(ctx, store.System, req)
 	}
+	ip := res.Address.IP
 	switch {
+	case err == nil && res.Existing:
+		a.log.Debug("the boot interface has its sticky address already", "machine", m.ID, "ip", ip)
 	case err == nil:
 		a.log.Info("sticky address assigned", "machine", m.ID, "hostname", m.Hostname, "ip", ip)
 	case store.CodeOf(err) == store.CodeNoSubnet:

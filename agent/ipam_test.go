@@ -121,3 +121,44 @@ func TestIPAMThroughAPI(t *testing.T) {
 		}
 	}
 }
+
+// Asking for "an address" of an interface is answered with the one it has
+// (200), and only the first time with a new one (201).
+func TestAssignIPAgain(t *testing.T) {
+	ta := startAgent(t)
+	if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/subnets", api.Subnet{CIDR: "10.20.0.0/24", Gateway: "10.20.0.1"}, nil); status != 201 {
+		t.Fatalf("create subnet: %d %s", status, raw)
+	}
+	m := ta.addMachine(t, api.CreateMachine{Hostname: "web1", MACs: []string{"52:54:00:00:01:01", "52:54:00:00:01:02"}, State: "READY"})
+	if len(m.IPs) != 1 || m.IPs[0].IP != "10.20.0.2" {
+		t.Fatalf("sticky address of a READY machine: %+v", m.IPs)
+	}
+	for i, tt := range []struct {
+		mac    string
+		status int
+		ip     string
+	}{
+		{"52:54:00:00:01:01", 200, "10.20.0.2"}, // it has one
+		{"52:54:00:00:01:02", 201, "10.20.0.3"}, // it has none
+		{"52:54:00:00:01:02", 200, "10.20.0.3"}, // it has that one now
+	} {
+		var got api.Address
+		if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/web1/ips", api.AssignIP{MAC: tt.mac}, &got); status != tt.status || got.IP != tt.ip {
+			t.Fatalf("request %d for %s: %d %s; want %d with %s", i, tt.mac, status, raw, tt.status, tt.ip)
+		}
+	}
+	var evs []api.Event
+	ta.call(t, ta.admin, "GET", "/api/v1/machines/web1/events", nil, &evs)
+	assigns := 0
+	for _, e := range evs {
+		if e.Action == "ip-assign" {
+			assigns++
+		}
+	}
+	if assigns != 2 {
+		t.Errorf("%d ip-assign events, want 2 (one per interface): %+v", assigns, evs)
+	}
+	bob := ta.addUser(t, "bob", false)
+	status, raw := ta.call(t, bob, "POST", "/api/v1/machines/web1/ips", api.AssignIP{MAC: "52:54:00:00:01:01"}, nil)
+	wantError(t, status, raw, http.StatusForbidden, "forbidden")
+}

@@ -189,19 +189,52 @@ type AssignRequest struct {
 	// Alias adds the address next to the interface's others; without it the
 	// new address replaces the interface's sticky address in that subnet,
 	// which goes back to the pool (and the event says so).
-	Alias  bool
-	Reason string
+	Alias bool
+	// KeepCurrent, for a request of no particular address and no alias,
+	// answers it with the sticky address the interface has (in Subnet, when
+	// given; in any subnet otherwise) if it has one, changing nothing: asked
+	// twice, such a request gives one address. Without it such a request
+	// replaces the interface's address with the next free one.
+	KeepCurrent bool
+	// Candidate, when IP is not given, is the address to take if the
+	// interface needs a new one: the caller has checked it (ARP-probed
+	// what AssignCandidate proposed). Without it the store takes the next
+	// free static address.
+	Candidate netip.Addr
+	Reason    string
+}
+
+// Assignment says what AssignMachineAddress did.
+type Assignment struct {
+	Address Address
+	// Existing: the request asked to keep the current address
+	// (KeepCurrent) and the interface had one, which is the answer;
+	// nothing changed.
+	Existing bool
 }
 
 // AssignMachineIP gives one of a machine's interfaces a sticky address, in
-// one transaction, with an event on the machine.
+// one transaction, with an event on the machine (AssignMachineAddress
+// without saying whether the address was there already).
 func (s *Store) AssignMachineIP(ctx context.Context, actor Actor, req AssignRequest) (Address, error) {
+	res, err := s.AssignMachineAddress(ctx, actor, req)
+	return res.Address, err
+}
+
+// AssignMachineAddress gives one of a machine's interfaces a sticky address,
+// in one transaction, with an event on the machine. Asking again for a given
+// address is answered with it; asking again for "an address" with
+// KeepCurrent is answered with the interface's current sticky address,
+// decided in the same transaction as the assignment, so that racing
+// requests cannot give one interface two addresses one after the other.
+func (s *Store) AssignMachineAddress(ctx context.Context, actor Actor, req AssignRequest) (Assignment, error) {
 	mac, err := NormalizeMAC(req.MAC)
 	if err != nil {
-		return Address{}, err
+		return Assignment{}, err
 	}
-	var a Address
+	var res Assignment
 	err = s.update(ctx, func(t *Tx) error {
+		res = Assignment{}
 		m, err := t.machine(req.Machine)
 		if err != nil {
 			return err
@@ -212,34 +245,75 @@ func (s *Store) AssignMachineIP(ctx context.Context, actor Actor, req AssignRequ
 		if !slices.Contains(m.MACs, mac) {
 			return errorf(CodeInvalid, "machine %s has no interface %s", m.Hostname, mac)
 		}
-		a, err = t.assign(s.ipam, actor, m, mac, req)
+		if cur, ok, err := t.currentSticky(m, mac, req); err != nil || ok {
+			res = Assignment{Address: cur, Existing: ok}
+			return err
+		}
+		if !req.IP.IsValid() {
+			req.IP = req.Candidate
+		}
+		res.Address, err = t.assign(s.ipam, actor, m, mac, req)
 		return err
 	})
-	return a, err
+	return res, err
+}
+
+// currentSticky is the rule of asking again: a request for "an address"
+// (no IP, no alias) that keeps the current one, of an interface that has
+// its sticky address (in the request's subnet, when it names one), is
+// answered with that address.
+func (t *Tx) currentSticky(m Machine, mac string, req AssignRequest) (Address, bool, error) {
+	if !req.KeepCurrent || req.IP.IsValid() || req.Alias {
+		return Address{}, false, nil
+	}
+	recs, err := t.addressesOfMAC(mac)
+	if err != nil {
+		return Address{}, false, err
+	}
+	for _, a := range recs {
+		if a.Kind == KindSticky && a.MachineID == m.ID && (!req.Subnet.IsValid() || a.Subnet == req.Subnet.Masked()) {
+			return a, true, nil
+		}
+	}
+	return Address{}, false, nil
 }
 
 // StickyCandidate returns the address a machine's interface would get if it
-// were given a sticky address now without asking for one, so that it can be
-// ARP-probed before AssignMachineIP takes it.
+// were given a new sticky address now without asking for one, so that it
+// can be ARP-probed before AssignMachineIP takes it.
 func (s *Store) StickyCandidate(machine, mac string, subnet netip.Prefix) (netip.Addr, error) {
-	mac, err := NormalizeMAC(mac)
+	ip, _, err := s.AssignCandidate(AssignRequest{Machine: machine, MAC: mac, Subnet: subnet})
+	return ip, err
+}
+
+// AssignCandidate returns the address AssignMachineAddress would take for
+// req (which asks for no particular address), so that it can be ARP-probed
+// and passed back as req.Candidate; need is false when req would be
+// answered with the interface's current address (see currentSticky) and
+// there is nothing to probe. The assignment decides again in its own
+// transaction.
+func (s *Store) AssignCandidate(req AssignRequest) (ip netip.Addr, need bool, err error) {
+	mac, err := NormalizeMAC(req.MAC)
 	if err != nil {
-		return netip.Addr{}, err
+		return netip.Addr{}, false, err
 	}
-	var ip netip.Addr
 	err = s.view(func(t *Tx) error {
-		m, err := t.machine(machine)
+		m, err := t.machine(req.Machine)
 		if err != nil {
 			return err
 		}
-		sn, err := t.assignSubnet(m, mac, subnet, netip.Addr{})
+		if _, has, err := t.currentSticky(m, mac, req); err != nil || has {
+			return err
+		}
+		sn, err := t.assignSubnet(m, mac, req.Subnet, netip.Addr{})
 		if err != nil {
 			return err
 		}
+		need = true
 		ip, err = t.nextStatic(s.ipam, sn)
 		return err
 	})
-	return ip, err
+	return ip, need && err == nil, err
 }
 
 // assignSubnet decides which subnet an interface's new address comes from.

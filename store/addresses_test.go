@@ -653,3 +653,92 @@ func TestReservationNamesPerDomain(t *testing.T) {
 		t.Fatalf("the same name in the same domain: %v; want conflict", err)
 	}
 }
+
+// TestAssignKeepCurrent: a request for "an address" that keeps the current
+// one is answered, in the assignment's transaction, with the interface's
+// sticky address when it has one, and changes nothing; otherwise it assigns
+// as any request does (the candidate when given).
+func TestAssignKeepCurrent(t *testing.T) {
+	tests := map[string]struct {
+		req      store.AssignRequest
+		actor    store.Actor // admin when zero
+		want     string
+		existing bool
+		code     store.Code
+	}{
+		"has one": {req: store.AssignRequest{Machine: "web1", MAC: macWeb1, KeepCurrent: true},
+			want: "10.0.0.10", existing: true},
+		"has one in the subnet asked for": {req: store.AssignRequest{Machine: "web1", MAC: macWeb1, Subnet: labNet, KeepCurrent: true},
+			want: "10.0.0.10", existing: true},
+		"a candidate is not taken when it has one": {req: store.AssignRequest{Machine: "web1", MAC: macWeb1, Candidate: addr("10.0.0.20"), KeepCurrent: true},
+			want: "10.0.0.10", existing: true},
+		"none in the subnet asked for": {req: store.AssignRequest{Machine: "web1", MAC: macWeb1, Subnet: lab2Net, KeepCurrent: true},
+			want: "10.0.1.2"},
+		"an interface without one": {req: store.AssignRequest{Machine: "web1", MAC: macWeb1b, Subnet: labNet, KeepCurrent: true},
+			want: "10.0.0.3"},
+		"an interface without one, with a candidate": {req: store.AssignRequest{Machine: "web1", MAC: macWeb1b, Subnet: labNet,
+			Candidate: addr("10.0.0.20"), KeepCurrent: true}, want: "10.0.0.20"},
+		"a candidate taken meanwhile": {req: store.AssignRequest{Machine: "web1", MAC: macWeb1b, Subnet: labNet,
+			Candidate: addr("10.0.0.10"), KeepCurrent: true}, code: store.CodeIPInUse},
+		"an alias is always new": {req: store.AssignRequest{Machine: "web1", MAC: macWeb1, Subnet: labNet, Alias: true, KeepCurrent: true},
+			want: "10.0.0.3"},
+		"an address asked for is that address": {req: store.AssignRequest{Machine: "web1", MAC: macWeb1, IP: addr("10.0.0.11"), KeepCurrent: true},
+			want: "10.0.0.11"},
+		"a stranger is told no, not the address": {req: store.AssignRequest{Machine: "web1", MAC: macWeb1, KeepCurrent: true},
+			actor: bob, code: store.CodeForbidden},
+		"not the machine's interface": {req: store.AssignRequest{Machine: "web1", MAC: macWeb2, KeepCurrent: true},
+			code: store.CodeInvalid},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s, _ := webRack(t, []store.Subnet{lab(), lab2()})
+			withSticky(t, s, nil)
+			actor := tc.actor
+			if actor.Name == "" {
+				actor = storetest.Admin
+			}
+			before, addrsBefore := snap(t, s), addressMap(t, s)
+			// What AssignCandidate proposes is what the assignment takes,
+			// and nothing when it keeps the current address.
+			cand, need, cerr := s.AssignCandidate(tc.req)
+			res, err := s.AssignMachineAddress(bg, actor, tc.req)
+			if tc.code != "" {
+				wantCode(t, err, tc.code)
+				before.mustEqual(t, snap(t, s))
+				unchanged(t, s, addrsBefore)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Address.IP.String() != tc.want || res.Existing != tc.existing {
+				t.Fatalf("assigned %s (existing %v), want %s (existing %v)", res.Address.IP, res.Existing, tc.want, tc.existing)
+			}
+			if tc.existing {
+				before.mustEqual(t, snap(t, s))
+				unchanged(t, s, addrsBefore)
+				if cerr != nil || need {
+					t.Errorf("AssignCandidate = %s, %v, %v; want nothing to probe", cand, need, cerr)
+				}
+				return
+			}
+			if e := lastEvent(t, s, "web1"); !strings.HasPrefix(e.Reason, tc.want+" on ") {
+				t.Errorf("event %+v, want one for %s", e, tc.want)
+			}
+			if !tc.req.IP.IsValid() && !tc.req.Candidate.IsValid() && (cerr != nil || !need || cand.String() != tc.want) {
+				t.Errorf("AssignCandidate = %s, %v, %v; want %s", cand, need, cerr, tc.want)
+			}
+			// Asked again, the same answer, and nothing changes.
+			if tc.req.Alias || tc.req.IP.IsValid() {
+				return
+			}
+			again, before := tc.req, snap(t, s)
+			again.Candidate = netip.Addr{}
+			res2, err := s.AssignMachineAddress(bg, actor, again)
+			if err != nil || res2.Address != res.Address || !res2.Existing {
+				t.Errorf("asked again: %+v, %v; want %+v, existing", res2, err, res.Address)
+			}
+			before.mustEqual(t, snap(t, s))
+		})
+	}
+}
