@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -128,6 +129,35 @@ func TestEveryPhasePowerOnCarriesNextBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("an admin's cycle of a READY machine", drain(r.ID), PowerCycle, "")
+}
+
+// A power status is stored as it was before its states were typed: text,
+// desired left out when nothing was asked; records written then decode.
+func TestPowerStatusRecord(t *testing.T) {
+	for _, tc := range []struct {
+		ps   PowerStatus
+		json string
+	}{
+		{PowerStatus{Mode: ModeNone, Observed: power.StateUnknown}, `{"mode":"none","observed":"unknown"}`},
+		{PowerStatus{Desired: power.StateOff, Mode: ModeEnforce, Observed: power.StateOn}, `{"desired":"off","mode":"enforce","observed":"on"}`},
+	} {
+		b, err := json.Marshal(tc.ps)
+		if err != nil || string(b) != tc.json {
+			t.Errorf("%+v stored as %s, %v; want %s", tc.ps, b, err, tc.json)
+		}
+		var back PowerStatus
+		if err := json.Unmarshal([]byte(tc.json), &back); err != nil || back != tc.ps {
+			t.Errorf("%s read back as %+v, %v", tc.json, back, err)
+		}
+	}
+	var ps PowerStatus
+	if err := json.Unmarshal([]byte(`{"desired":"on","mode":"enforce","observed":""}`), &ps); err != nil ||
+		ps.Desired != power.StateOn || ps.Observed != power.StateUnknown {
+		t.Errorf("a record with an empty observed: %+v, %v", ps, err)
+	}
+	if err := json.Unmarshal([]byte(`{"desired":"up","mode":"enforce"}`), &ps); err == nil {
+		t.Error("a record with desired \"up\" decoded")
+	}
 }
 
 func createPowered(t *testing.T, s *Store, hostname string, i int, state State) Machine {
