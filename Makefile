@@ -42,15 +42,17 @@ vet:
 unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m ./...
 
-## bootloaders: pxelinux, shim+grub (amd64, arm64), iPXE from Debian's packages
-##   as bootloader images in build/bootloaders (.debs cached in
-##   build/bootloaders-cache), imported into the running rackd whose state is
-##   $(STATE) (e.g. alongside make run)
+## bootloaders: pxelinux, shim+grub (amd64, arm64), iPXE and GRUB's modules
+##   (http for the signed GRUB) from Debian's packages as bootloader images in
+##   build/bootloaders (.debs cached in build/bootloaders-cache), imported
+##   through the API of the running rackd at $(LISTEN) with the admin token of
+##   $(STATE) (make run's defaults; else e.g. STATE=/var/lib/rackd
+##   LISTEN=10.0.0.1:5240)
 bootloaders: build
 	@bash scripts/bootloaders.sh --image --cache build/bootloaders-cache build/bootloaders
-	@for arch in amd64 arm64; do \
+	@for arch in amd64 arm64 grub-amd64; do \
 		RACKD_STATE_DIR=$(STATE) RACKD_URL=http://$(LISTEN) ./bin/rackd images import $(abspath build/bootloaders)/$$arch || { \
-			echo "bootloaders: import failed; is rackd running (make run)? Then: make bootloaders (the .debs are cached)" >&2; exit 1; }; \
+			echo "bootloaders: import into the rackd at $(LISTEN) (state $(STATE)) failed; is it running (make run), or is it elsewhere (make bootloaders STATE=DIR LISTEN=HOST:PORT)? The .debs are cached: running again is quick" >&2; exit 1; }; \
 	done
 
 ## initramfs: the enlistment environment (Debian's kernel, a u-root initramfs
@@ -67,8 +69,9 @@ enlist-image:
 	@if [ -z "$${RACKD_E2E_IMAGE:-}" ] && [ "$$(id -u)" -eq 0 ] && [ ! -f build/initramfs/image/rackd-image.json ]; then \
 		bash scripts/initramfs.sh; fi
 
-## import-initramfs: import it into the running rackd whose state is $(STATE)
-##   (e.g. alongside make run); builds it first when missing
+## import-initramfs: import it through the API of the running rackd at
+##   $(LISTEN) with the admin token of $(STATE) (make run's defaults; else e.g.
+##   STATE=/var/lib/rackd LISTEN=10.0.0.1:5240); builds it first when missing
 import-initramfs: build
 	@[ -f build/initramfs/image/rackd-image.json ] || bash scripts/initramfs.sh
 	RACKD_STATE_DIR=$(STATE) RACKD_URL=http://$(LISTEN) ./bin/rackd images import $(abspath build/initramfs/image)

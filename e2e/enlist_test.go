@@ -198,9 +198,10 @@ func TestE2EUEFIGrub(t *testing.T) {
 }
 
 // TestE2EUEFIGrubHTTPModule: the same boot with GRUB's modules of the same
-// version served where the signed GRUB looks for them ($prefix/x86_64-efi/,
-// as the appliance ships them for machines without Secure Boot): insmod
-// http succeeds and the kernel and initrd come over HTTP.
+// version served where the signed GRUB looks for them ($prefix/x86_64-efi/:
+// the grub-modules image make bootloaders builds and imports, for machines
+// without Secure Boot): insmod http succeeds and the kernel and initrd come
+// over HTTP.
 func TestE2EUEFIGrubHTTPModule(t *testing.T) {
 	uefiGrub(t, true)
 }
@@ -212,7 +213,7 @@ func uefiGrub(t *testing.T, modules bool) {
 	l := newLab(t, labOptions{tftp: true})
 	l.importImage(loaders)
 	if modules {
-		serveGrubModules(t, filepath.Join(l.state, "boot"))
+		l.importImage(filepath.Join(filepath.Dir(loaders), "grub-amd64"))
 	}
 	l.importImage(img)
 
@@ -247,30 +248,3 @@ func uefiGrub(t *testing.T, modules bool) {
 	t.Logf("UEFI VM %s enlisted through GRUB (kernel over %s) and powered off %.1fs after it started", o.mac, how, off.Seconds())
 }
 
-// serveGrubModules copies the modules of the GRUB version installed here
-// (Debian package grub-efi-amd64-bin) to grub/x86_64-efi/ of the boot
-// tree, where the signed network GRUB ($prefix is /grub on the TFTP
-// server) loads the modules it lacks from.
-func serveGrubModules(t *testing.T, boot string) {
-	t.Helper()
-	mods := filepath.Join(boot, "grub", "x86_64-efi")
-	if err := os.MkdirAll(mods, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	const grubMods = "/usr/lib/grub/x86_64-efi"
-	ents, err := os.ReadDir(grubMods)
-	if err != nil {
-		t.Fatalf("GRUB's modules (Debian package grub-efi-amd64-bin, see scripts/test-deps.sh): %v", err)
-	}
-	for _, e := range ents {
-		if n := e.Name(); strings.HasSuffix(n, ".mod") || strings.HasSuffix(n, ".lst") {
-			b, err := os.ReadFile(filepath.Join(grubMods, n))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(mods, n), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}

@@ -432,7 +432,9 @@ func bootloaders(t testing.TB) string {
 		root := repoRoot(t)
 		dest := filepath.Join(root, "build", "e2e-bootloaders")
 		loadersDir = filepath.Join(dest, "amd64")
-		if _, err := os.Stat(filepath.Join(loadersDir, "rackd-image.json")); err == nil {
+		_, err1 := os.Stat(filepath.Join(loadersDir, "rackd-image.json"))
+		_, err2 := os.Stat(filepath.Join(dest, "grub-amd64", "rackd-image.json"))
+		if err1 == nil && err2 == nil {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -7,7 +7,7 @@
 #                                  for `rackd images import`
 #   images/bootloaders/{amd64,arm64}/  network bootloaders from Debian's
 #                                  packages (scripts/bootloaders.sh --image)
-#   boot/grub/x86_64-efi/          GRUB's modules for the signed network GRUB,
+#   images/bootloaders/grub-amd64/ GRUB's modules for the signed network GRUB,
 #                                  which has no http module built in (without
 #                                  them, or under Secure Boot, it uses TFTP)
 #   rackd.toml                     the appliance's configuration
@@ -38,7 +38,7 @@ if [ ! -f build/initramfs/image/rackd-image.json ]; then
 fi
 
 rm -rf "$dist"
-mkdir -p "$dist/images/enlist-amd64" "$dist/boot"
+mkdir -p "$dist/images/enlist-amd64"
 step "rackd ($(./bin/rackd version 2>/dev/null | head -n1 || true))"
 install -m 0755 bin/rackd "$dist/rackd"
 step "enlistment image"
@@ -46,24 +46,6 @@ install -m 0644 build/initramfs/image/vmlinuz build/initramfs/image/initramfs.cp
 	build/initramfs/image/rackd-image.json "$dist/images/enlist-amd64/"
 step "bootloaders"
 bash scripts/bootloaders.sh --image --cache build/bootloaders-cache "$dist/images/bootloaders"
-# Debian's signed grubnetx64.efi loads modules it lacks (http, which the
-# configs rackd renders prefer for kernels and initrds) from
-# $prefix/x86_64-efi/ on the TFTP server: ship the same GRUB version's
-# modules there, for speed on machines without Secure Boot. Under Secure
-# Boot GRUB refuses these unsigned modules, and the configs fall back to
-# fetching the same files over TFTP (TestE2EUEFIGrub boots that way).
-step "GRUB modules"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-signed=$(ls build/bootloaders-cache/grub-efi-amd64-signed_*_amd64.deb | head -n1)
-ver=$(dpkg-deb -f "$signed" Version | sed 's/^1+//; s/+\([0-9]*\)+/-\1+/')
-(cd "$work" && apt-get download "grub-efi-amd64-bin=$ver" >/dev/null 2>&1) ||
-	(cd "$work" && apt-get download grub-efi-amd64-bin >/dev/null) ||
-	die "apt-get download grub-efi-amd64-bin failed"
-dpkg-deb -x "$work"/grub-efi-amd64-bin_*.deb "$work/root"
-mkdir -p "$dist/boot/grub/x86_64-efi"
-cp "$work"/root/usr/lib/grub/x86_64-efi/*.mod "$work"/root/usr/lib/grub/x86_64-efi/*.lst "$dist/boot/grub/x86_64-efi/"
-step "  grub-efi-amd64-bin $(dpkg-deb -f "$work"/grub-efi-amd64-bin_*.deb Version) for grub-efi-amd64-signed $(dpkg-deb -f "$signed" Version)"
 install -m 0644 agent/default.toml "$dist/rackd.default.toml"
 
 cat >"$dist/rackd.toml" <<'EOF'
@@ -128,7 +110,6 @@ install -d -m 0755 /etc/rackd /usr/local/share/rackd
 install -m 0644 "$here/rackd.default.toml" "$here/README.md" /usr/local/share/rackd/
 cp -R "$here/images" /usr/local/share/rackd/
 install -d -m 0755 /var/lib/rackd/boot
-cp -R "$here"/boot/. /var/lib/rackd/boot/
 install -m 0644 "$here/rackd.service" /etc/systemd/system/rackd.service
 systemctl daemon-reload
 systemctl enable rackd
@@ -140,7 +121,7 @@ until /usr/local/bin/rackd machines list >/dev/null 2>&1; do
 	[ "$i" -lt 60 ] || { echo "install: rackd did not start; see journalctl -u rackd" >&2; exit 1; }
 	sleep 1
 done
-for im in enlist-amd64 bootloaders/amd64 bootloaders/arm64; do
+for im in enlist-amd64 bootloaders/amd64 bootloaders/arm64 bootloaders/grub-amd64; do
 	RACKD_STATE_DIR=/var/lib/rackd /usr/local/bin/rackd images import "/usr/local/share/rackd/images/$im"
 done
 echo "install: done. Edit /etc/rackd/rackd.toml ([dhcp] interfaces), then: systemctl restart rackd"
@@ -162,8 +143,7 @@ keeps everything in one embedded database.
 | --- | --- |
 | \`rackd\` | the static binary (no libraries needed) |
 | \`images/enlist-amd64/\` | the enlistment environment: Debian's kernel $kver and a u-root initramfs whose init runs the enlist client; import it with \`rackd images import\` |
-| \`images/bootloaders/\` | network bootloaders from Debian's packages, as two images (amd64: pxelinux for BIOS, shim + GRUB for UEFI, iPXE; arm64: GRUB) |
-| \`boot/grub/x86_64-efi/\` | GRUB's modules, which Debian's signed network GRUB loads from rackd's TFTP server (it lacks the http module the boot configs prefer); they go to /var/lib/rackd/boot. Under Secure Boot GRUB refuses them and loads kernels over TFTP instead |
+| \`images/bootloaders/\` | network bootloaders from Debian's packages, as three images (amd64: pxelinux for BIOS, shim + GRUB for UEFI, iPXE; arm64: GRUB; grub-amd64: GRUB's modules, which Debian's signed network GRUB loads from rackd's TFTP server because it lacks the http module the boot configs prefer; under Secure Boot GRUB refuses them and loads kernels over TFTP instead) |
 | \`rackd.toml\` | the appliance's configuration (goes to /etc/rackd/) |
 | \`rackd.default.toml\` | every setting with its default, documented |
 | \`rackd.service\` | the systemd unit |
@@ -180,9 +160,8 @@ On the appliance (Debian, or any systemd Linux on x86-64), as root:
     systemctl restart rackd
 
 install.sh puts the binary in /usr/local/bin, the configuration in
-/etc/rackd (kept if it exists), GRUB's modules in /var/lib/rackd/boot,
-starts rackd under systemd and imports the enlistment image and the
-bootloaders. The admin API
+/etc/rackd (kept if it exists), starts rackd under systemd and imports the
+enlistment image and the bootloaders (GRUB's modules among them). The admin API
 token is in /var/lib/rackd/admin.token; the CLI on the appliance finds it by
 itself:
 
@@ -195,8 +174,7 @@ itself:
 
 To build an image instead of installing by hand, copy the files into the
 image's root at the same places install.sh uses (/usr/local/bin/rackd,
-/etc/rackd/rackd.toml, /etc/systemd/system/rackd.service enabled,
-/var/lib/rackd/boot/), and run the \`rackd images import\` lines of
+/etc/rackd/rackd.toml, /etc/systemd/system/rackd.service enabled), and run the \`rackd images import\` lines of
 install.sh on first boot (the imports need rackd running).
 
 ## The network
@@ -208,6 +186,15 @@ config rendered for their MAC, and unknown ones boot the enlistment
 environment: it asks rackd whether it knows the machine, enlists it with
 its inventory (CPUs, memory, disks, NICs, DMI identity) and powers it off,
 or reboots a known machine that should be network-booting.
+
+Machines reach rackd over the provisioning network by DHCP (UDP 67), TFTP
+(UDP 69: BIOS and UEFI PXE firmware, pxelinux, GRUB) and HTTP (TCP 5240:
+/boot/ and /metadata/); rackd.toml listens on every address, and configs
+point machines at the address they reached rackd by. Operators need only
+the API, on the same port 5240 (every API route needs a token). rackd warns
+at start when DHCP is on but HTTP or TFTP is out of the machines' reach.
+iPXE waits 12-16 s for IPv6 router advertisements on a link without them:
+let the router send them, or accept the delay.
 EOF
 
 step "checksums"

@@ -14,10 +14,19 @@
 #                undionly.kpxe, ipxe.efi,  iPXE for BIOS and UEFI (ipxe)
 #                snponly.efi
 #   DEST/arm64/  grubaa64.efi              arm64 UEFI         (grub-efi-arm64-signed)
+#   DEST/grub-amd64/  grub/x86_64-efi/*.mod, *.lst  GRUB's modules (grub-efi-amd64-bin
+#                                          of the signed GRUB's version)
 #
-# each with its rackd-image.json. Without --image, the same files go flat
-# into DEST, a boot tree (<state dir>/boot), which rackd serves when no
-# bootloader image names a file.
+# each with its rackd-image.json (`make bootloaders` imports all three).
+# Debian's signed network GRUB has no http module built in: it loads the
+# modules it lacks from $prefix/x86_64-efi/ on the TFTP server, i.e.
+# grub/x86_64-efi/, and then fetches kernels and initrds over HTTP. Without
+# them, or under Secure Boot (which refuses unsigned modules), it fetches
+# them over TFTP, which works but is slower. The modules are a separate
+# image so that either way can be served.
+#
+# Without --image, the same files go flat into DEST, a boot tree (<state
+# dir>/boot), which rackd serves when no bootloader image names a file.
 #
 # The .debs are kept in the --cache directory (default: a temporary one) and
 # not downloaded again while they are there. apt works on a private state
@@ -148,6 +157,28 @@ $ways_out"
 
 fetch amd64 pxelinux syslinux-common shim-signed grub-efi-amd64-signed ipxe
 fetch arm64 grub-efi-arm64-signed
+
+# GRUB's modules, of the version of the signed GRUB: a module of another
+# version may not load. grub-efi-amd64-signed 1+2.06+13+deb12u1 is built
+# from grub2 2.06-13+deb12u1.
+signed=$(ls "$cache"/grub-efi-amd64-signed_*_amd64.deb | tail -n1)
+grubver=$(dpkg-deb -f "$signed" Version | sed 's/^1+//; s/+\([0-9]*\)+/-\1+/')
+have=
+for deb in "$cache"/grub-efi-amd64-bin_*_amd64.deb; do
+	if [ -f "$deb" ] && [ "$(dpkg-deb -f "$deb" Version)" = "$grubver" ]; then
+		have=$deb
+	fi
+done
+if [ -z "$have" ]; then
+	echo "bootloaders: downloading grub-efi-amd64-bin $grubver (amd64)"
+	rm -f "$cache"/grub-efi-amd64-bin_*_amd64.deb
+	log=$work/apt-download-grub.log
+	(cd "$cache" && apt_private amd64 download "grub-efi-amd64-bin=$grubver") >"$log" 2>&1 || {
+		cat "$log" >&2
+		die "apt-get download of grub-efi-amd64-bin $grubver (the signed GRUB's version) failed (above).
+$ways_out"
+	}
+fi
 for deb in "$cache"/*.deb; do
 	dpkg-deb -x "$deb" "$work/root"
 done
@@ -171,8 +202,17 @@ install_file() {
 	mv -f "$2/.$3.tmp" "$2/$3"
 }
 
-for arch in amd64 arm64; do
+# The modules, as arch grub-amd64 of the list.
+mods=$work/root/usr/lib/grub/x86_64-efi
+[ -f "$mods/http.mod" ] || die "grub-efi-amd64-bin has no x86_64-efi/http.mod any more"
+list+=$(cd "$mods" && for f in *.mod *.lst; do printf 'grub-amd64 usr/lib/grub/x86_64-efi/%s grub/x86_64-efi/%s\n' "$f" "$f"; done)
+
+for arch in amd64 arm64 grub-amd64; do
 	out=$dest
+	imname=bootloaders imarch=$arch
+	if [ "$arch" = grub-amd64 ]; then
+		imname=grub-modules imarch=amd64
+	fi
 	if [ $image = 1 ]; then
 		out=$dest/$arch
 		mkdir -p "$out"
@@ -185,15 +225,17 @@ for arch in amd64 arm64; do
 			echo "bootloaders: $src is not in the packages any more" >&2
 			exit 1
 		fi
-		install_file "$work/root/$src" "$out" "$name"
+		mkdir -p "$out/$(dirname "$name")"
+		install_file "$work/root/$src" "$out/$(dirname "$name")" "$(basename "$name")"
 		sum=$(sha256sum "$out/$name" | cut -d' ' -f1)
 		size=$(stat -c %s "$out/$name")
 		files+=("$(printf '    {"path": "%s", "role": "bootloader", "sha256": "%s", "size": %s}' "$name" "$sum" "$size")")
-		printf '  %-6s %-14s %s\n' "$arch" "$name" "${sum:0:16}"
+		[ "$arch" = grub-amd64 ] || printf '  %-6s %-14s %s\n' "$arch" "$name" "${sum:0:16}"
 	done <<<"$list"
+	[ "$arch" != grub-amd64 ] || printf '  %-6s %-14s %s modules and lists of grub-efi-amd64-bin %s\n' amd64 grub/x86_64-efi/ "${#files[@]}" "$grubver"
 	if [ $image = 1 ]; then
 		{
-			printf '{\n  "name": "bootloaders",\n  "arch": "%s",\n  "purpose": "bootloader",\n  "files": [\n' "$arch"
+			printf '{\n  "name": "%s",\n  "arch": "%s",\n  "purpose": "bootloader",\n  "files": [\n' "$imname" "$imarch"
 			for i in "${!files[@]}"; do
 				sep=,
 				[ "$i" -eq $((${#files[@]} - 1)) ] && sep=
@@ -205,7 +247,7 @@ for arch in amd64 arm64; do
 	fi
 done
 if [ $image = 1 ]; then
-	echo "bootloaders: image directories $dest/amd64 and $dest/arm64 (rackd images import DIR)"
+	echo "bootloaders: image directories $dest/amd64, $dest/arm64 and $dest/grub-amd64 (rackd images import DIR)"
 else
 	echo "bootloaders: installed in $dest"
 fi
