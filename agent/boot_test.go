@@ -2,6 +2,7 @@ package agent
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -228,5 +229,32 @@ func TestBootImageNames(t *testing.T) {
 		Files: []bootconf.ImageFile{{Role: images.RoleKernel, Path: "images/" + strings.Repeat("a", 64), SHA256: strings.Repeat("a", 64), Size: 7}}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("bootImages = %+v, want %+v", got, want)
+	}
+}
+
+// TestBootHTTPNoHost: an HTTP/1.0 request without a Host header gets a
+// config pointing at the address the connection came to.
+func TestBootHTTPNoHost(t *testing.T) {
+	ta := startAgent(t)
+	dir := writeImageDir(t, "enlist", "enlist", []byte("kernel"), []byte("initrd"), false)
+	if code, raw := ta.call(t, ta.admin, "POST", "/api/v1/images/import", api.ImportImage{Dir: dir}, nil); code != 201 {
+		t.Fatalf("import: %d %s", code, raw)
+	}
+	addr := strings.TrimPrefix(ta.url, "http://")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /boot/ipxe?mac=52:54:00:12:34:56 HTTP/1.0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), "HTTP/1.0 200") || !strings.Contains(string(b), "rackd.url=http://"+addr+" ") {
+		t.Fatalf("answer without Host, want rackd.url=http://%s:\n%s", addr, b)
 	}
 }
