@@ -247,4 +247,3 @@ func uefiGrub(t *testing.T, modules bool) {
 	}
 	t.Logf("UEFI VM %s enlisted through GRUB (kernel over %s) and powered off %.1fs after it started", o.mac, how, off.Seconds())
 }
-
