@@ -24,9 +24,12 @@ func FuzzAPIBodies(f *testing.F) {
 		`{"reason":"r","image":"i"}`,
 		`{"name":"ci","expires":"30d"}`, `{"name":"ci","expires":"2027-01-31","user":"fuzz"}`,
 		`{"hostname":"n1","macs":["52-54-00-00-00-01"],"power":{"driver":"ipmi","password":"p"}}`,
+		`{"power":{"username":"u","password":"p"},"tags":null,"zone":"z"}`,
+		`{"power":null,"hostname":"n2","cpu_count":null}`, `{"power":{"driver":"manual","x":1}}`,
+		`{"force":true,"reason":"r"}`,
 		`{"a":1}`, `[]`, `null`, `"x"`, `{"hostname":1e999}`, `{"macs":[null]}`, "\x00\xff", ``,
 	} {
-		for path := range 7 {
+		for path := range 9 {
 			f.Add(uint8(path), []byte(seed))
 		}
 	}
@@ -55,6 +58,8 @@ func FuzzAPIBodies(f *testing.F) {
 		{"POST", "/api/v1/machines/n1/deploy"},
 		{"DELETE", "/api/v1/allocations/n1"},
 		{"POST", "/api/v1/tokens"},
+		{"PATCH", "/api/v1/machines/n1"},
+		{"DELETE", "/api/v1/machines/n1"},
 	}
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
 		target := targets[int(which)%len(targets)]

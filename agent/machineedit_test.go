@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"rackd/agent/api"
 	"rackd/enlist"
 	"rackd/internal/ipmisim"
+	"rackd/store"
 )
 
 // TestPatchMachine: the HTTP face of UpdateMachine: merge-patch semantics,
@@ -243,5 +245,34 @@ func TestEnlistedMachineGetsPower(t *testing.T) {
 			t.Fatalf("commissioning: power %v, boot device %q after 30s", on, boot)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestStickyEndsLease: a machine whose hardware becomes known gets its
+// sticky address, and the dynamic lease its boot interface had in that
+// subnet is gone from /leases in the same step (it used to stay listed
+// beside the sticky address until it expired).
+func TestStickyEndsLease(t *testing.T) {
+	ta := startAgent(t)
+	if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/subnets", api.Subnet{CIDR: "10.21.0.0/24", Gateway: "10.21.0.1",
+		LeaseSeconds: 600, DynamicRanges: []api.Range{{Start: "10.21.0.100", End: "10.21.0.199"}}}, nil); status != 201 {
+		t.Fatalf("subnet: %d %s", status, raw)
+	}
+	const mac = "52:54:00:00:0c:01"
+	if _, err := ta.Store().DHCPAck(t.Context(), store.LeaseRequest{MAC: mac, Link: netip.MustParseAddr("10.21.0.1"),
+		IP: netip.MustParseAddr("10.21.0.150"), PXE: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Created READY: the same path as a commissioning that just succeeded.
+	m := ta.addMachine(t, api.CreateMachine{Hostname: "s1", MACs: []string{mac}, State: "READY"})
+	if len(m.IPs) != 1 || m.IPs[0].Kind != "sticky" || m.IPs[0].IP == "10.21.0.150" {
+		t.Fatalf("addresses of s1: %+v", m.IPs)
+	}
+	var leases []api.Lease
+	ta.call(t, ta.admin, "GET", "/api/v1/leases", nil, &leases)
+	for _, l := range leases {
+		if l.MAC == mac {
+			t.Errorf("the lease %s of %s is still listed beside its sticky address %s", l.IP, mac, m.IPs[0].IP)
+		}
 	}
 }
