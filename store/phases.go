@@ -163,115 +163,161 @@ const maxReason = 1024
 // in that phase (used already, expired, another machine's) changes nothing
 // and returns CodeUnauthorized.
 func (s *Store) Report(ctx context.Context, r PhaseReport) (ReportResult, error) {
+	r, err := prepareReport(r)
+	if err != nil {
+		return ReportResult{}, err
+	}
 	var (
 		res   ReportResult
 		kicks []string
 		deny  error
 	)
+	err = s.update(ctx, func(t *Tx) error {
+		t.powerKicks = nil
+		defer func() { kicks = t.powerKicks }()
+		var err error
+		res, deny, err = t.report(r)
+		return err
+	})
+	if err != nil {
+		return ReportResult{}, err
+	}
+	s.notifyPower(kicks)
+	return res, deny
+}
+
+// prepareReport bounds the texts an environment sends and normalises its
+// inventory (MACs, arch, system UUID) before the transaction, on a copy:
+// the caller's report is left as it was.
+func prepareReport(r PhaseReport) (PhaseReport, error) {
 	if len(r.Error) > maxReason {
 		r.Error = r.Error[:maxReason]
 	}
 	if len(r.Detail) > maxReason {
 		r.Detail = r.Detail[:maxReason]
 	}
-	var inv *CommissionInventory
-	if r.Inventory != nil {
-		c := *r.Inventory
-		c.MACs = slices.Clone(c.MACs)
-		c.Inventory.Disks = slices.Clone(c.Inventory.Disks)
-		nm := NewMachine{Hostname: "placeholder", Arch: c.Arch, MACs: c.MACs, CPUCount: c.CPUCount, MemoryMB: c.MemoryMB}
-		if c.Arch == "" {
-			nm.Arch = ""
-		}
-		if len(nm.MACs) > 0 || nm.Arch != "" {
-			if err := nm.normalize(); err != nil {
-				return ReportResult{}, err
-			}
-			c.MACs, c.Arch = nm.MACs, nm.Arch
-		}
-		c.SystemUUID = NormalizeSystemUUID(c.SystemUUID)
-		inv = &c
+	if r.Inventory == nil {
+		return r, nil
 	}
-	err := s.update(ctx, func(t *Tx) error {
-		res, deny = ReportResult{}, nil
-		t.powerKicks = nil
-		defer func() { kicks = t.powerKicks }()
-		// One refusal for every case, naming nothing: the caller has
-		// proved nothing yet.
-		refused := errorf(CodeUnauthorized, "rejected credential: it is not the machine's current %s credential "+
-			"(a credential is valid for one machine and one phase, is used once and dies with its phase)", r.Phase)
-		m, err := t.machine(r.Machine)
-		if CodeOf(err) == CodeNotFound {
-			deny = refused
-			return nil
+	c := *r.Inventory
+	c.MACs = slices.Clone(c.MACs)
+	c.Inventory.Disks = slices.Clone(c.Inventory.Disks)
+	nm := NewMachine{Hostname: "placeholder", Arch: c.Arch, MACs: c.MACs, CPUCount: c.CPUCount, MemoryMB: c.MemoryMB}
+	if len(nm.MACs) > 0 || nm.Arch != "" {
+		if err := nm.normalize(); err != nil {
+			return PhaseReport{}, err
 		}
-		if err != nil {
-			return err
-		}
-		got := HashToken(r.Token)
-		if lr := m.LastReport; lr != nil && r.Token != "" && lr.Phase == r.Phase &&
-			subtle.ConstantTimeCompare([]byte(got), []byte(lr.Hash)) == 1 {
-			// The same report again (its answer was lost): answered,
-			// nothing changes.
-			res.Machine = m
-			return nil
-		}
-		phase := phaseOf(m)
-		if phase == "" || phase != r.Phase || m.Credential == nil || m.Credential.Phase != r.Phase {
-			deny = refused
-			return nil
-		}
-		if r.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(m.Credential.Hash)) != 1 {
-			deny = refused
-			res, err = t.failPhase(m, "rejected credential: the "+r.Phase+" environment presented a token that is not this machine's")
-			return err
-		}
-		res.From, res.Since = m.State, m.StateSince
-		used := *m.Credential
-		used.Nonce = ""
-		m.LastReport = &used
-		if r.Error != "" {
-			res, err = t.failPhase(m, r.Phase+" failed: "+oneLine(r.Error))
-			return err
-		}
-		reason := ""
-		switch r.Phase {
-		case PhaseCommission:
-			res.Action = ActionCommissioningDone
-			if inv != nil {
-				before := m
-				if err := t.applyInventory(&m, *inv); CodeOf(err) == CodeConflict {
-					// What the machine reports contradicts the rack (a
-					// MAC or UUID of another machine): the commissioning
-					// fails with the reason rather than hanging until
-					// the watchdog.
-					res, err = t.failPhase(before, "commission failed: the inventory "+err.Error())
-					return err
-				} else if err != nil {
-					return err
-				}
-			}
-			reason = "commissioning report received"
-		case PhaseDeploy:
-			res.Action = ActionDeploymentDone
-			reason = "image " + m.DeployImage + " written"
-		case PhaseErase:
-			res.Action = ActionReleaseDone
-			reason = "disks erased"
-		}
-		if r.Detail != "" {
-			reason += ": " + oneLine(r.Detail)
-		}
-		res.Machine, err = t.transitionMachine(ReportActor, m, TransitionRequest{Machine: m.ID, Action: res.Action, Reason: reason})
-		return err
-	})
-	if err == nil {
-		s.notifyPower(kicks)
+		c.MACs, c.Arch = nm.MACs, nm.Arch
+	}
+	c.SystemUUID = NormalizeSystemUUID(c.SystemUUID)
+	r.Inventory = &c
+	return r, nil
+}
+
+// credentialVerdict is what a report's token proves.
+type credentialVerdict int
+
+const (
+	// credentialValid: the machine's current credential for the phase.
+	credentialValid credentialVerdict = iota
+	// credentialReplayed: the credential of the report already applied
+	// (its answer was lost); answered, nothing changes.
+	credentialReplayed
+	// credentialRefused: the machine is not in that phase (or has no
+	// credential for it); nothing changes.
+	credentialRefused
+	// credentialWrong: the machine is in that phase and the token is not
+	// its credential; the phase fails.
+	credentialWrong
+)
+
+// reportCredential is the rule of a report's credential (see Report).
+func reportCredential(m Machine, r PhaseReport) credentialVerdict {
+	got := HashToken(r.Token)
+	if lr := m.LastReport; lr != nil && r.Token != "" && lr.Phase == r.Phase &&
+		subtle.ConstantTimeCompare([]byte(got), []byte(lr.Hash)) == 1 {
+		return credentialReplayed
+	}
+	phase := phaseOf(m)
+	if phase == "" || phase != r.Phase || m.Credential == nil || m.Credential.Phase != r.Phase {
+		return credentialRefused
+	}
+	if r.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(m.Credential.Hash)) != 1 {
+		return credentialWrong
+	}
+	return credentialValid
+}
+
+// report is Report's transaction: what the report did, the refusal to
+// answer with (deny, the transaction still commits what it did: a phase
+// failed by a wrong credential), or an error that rolls it back.
+func (t *Tx) report(r PhaseReport) (res ReportResult, deny, err error) {
+	// One refusal for every case, naming nothing: the caller has proved
+	// nothing yet.
+	refused := errorf(CodeUnauthorized, "rejected credential: it is not the machine's current %s credential "+
+		"(a credential is valid for one machine and one phase, is used once and dies with its phase)", r.Phase)
+	m, err := t.machine(r.Machine)
+	if CodeOf(err) == CodeNotFound {
+		return ReportResult{}, refused, nil
 	}
 	if err != nil {
-		return ReportResult{}, err
+		return ReportResult{}, nil, err
 	}
-	return res, deny
+	switch reportCredential(m, r) {
+	case credentialReplayed:
+		return ReportResult{Machine: m}, nil, nil
+	case credentialRefused:
+		return ReportResult{}, refused, nil
+	case credentialWrong:
+		res, err := t.failPhase(m, "rejected credential: the "+r.Phase+" environment presented a token that is not this machine's")
+		return res, refused, err
+	}
+	used := *m.Credential
+	used.Nonce = ""
+	m.LastReport = &used
+	if r.Error != "" {
+		res, err := t.failPhase(m, r.Phase+" failed: "+oneLine(r.Error))
+		return res, nil, err
+	}
+	res, err = t.completePhase(m, r)
+	return res, nil, err
+}
+
+// completePhase moves m, whose credential the report r proved, out of its
+// phase as done: a commissioning stores the inventory (and fails when it
+// contradicts the rack), a deployment is DEPLOYED, an erase completes the
+// release.
+func (t *Tx) completePhase(m Machine, r PhaseReport) (ReportResult, error) {
+	res := ReportResult{From: m.State, Since: m.StateSince}
+	reason := ""
+	switch r.Phase {
+	case PhaseCommission:
+		res.Action = ActionCommissioningDone
+		if r.Inventory != nil {
+			before := m
+			if err := t.applyInventory(&m, *r.Inventory); CodeOf(err) == CodeConflict {
+				// What the machine reports contradicts the rack (a MAC or
+				// UUID of another machine): the commissioning fails with
+				// the reason rather than hanging until the watchdog.
+				return t.failPhase(before, "commission failed: the inventory "+err.Error())
+			} else if err != nil {
+				return ReportResult{}, err
+			}
+		}
+		reason = "commissioning report received"
+	case PhaseDeploy:
+		res.Action = ActionDeploymentDone
+		reason = "image " + m.DeployImage + " written"
+	case PhaseErase:
+		res.Action = ActionReleaseDone
+		reason = "disks erased"
+	}
+	if r.Detail != "" {
+		reason += ": " + oneLine(r.Detail)
+	}
+	var err error
+	res.Machine, err = t.transitionMachine(ReportActor, m, TransitionRequest{Machine: m.ID, Action: res.Action, Reason: reason})
+	return res, err
 }
 
 // failPhase moves m out of its phase as failed.
