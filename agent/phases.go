@@ -123,8 +123,7 @@ func (a *Agent) reportErased(w http.ResponseWriter, r *http.Request, _ store.Act
 // machine's phase credential (not a user's token), checked and consumed by
 // the store in the transaction that moves the machine.
 func (a *Agent) phaseReport(w http.ResponseWriter, r *http.Request, phase string) {
-	endpoint := "report_" + phase
-	if !a.limitMetadata(w, r, endpoint) {
+	if !a.limitMetadata(w, r, "report_"+phase) {
 		return
 	}
 	outcome := "error"
@@ -142,18 +141,36 @@ func (a *Agent) phaseReport(w http.ResponseWriter, r *http.Request, phase string
 		outcome = "bad_request"
 		return
 	}
-	if err := rep.Validate(); err != nil {
+	req, err := reportRequest(rep, phase, strings.TrimSpace(token))
+	if err != nil {
 		outcome = "bad_request"
-		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "invalid report: "+err.Error())
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
 		return
 	}
-	req := store.PhaseReport{Machine: rep.Machine, Phase: phase, Token: strings.TrimSpace(token), Error: rep.Error}
+	res, err := a.store.Report(r.Context(), req)
+	if err != nil {
+		outcome = a.reportRefused(w, r, phase, rep.Machine, res, err)
+		return
+	}
+	outcome = reportOutcome(res, rep.Error)
+	a.reportApplied(phase, outcome, res, rep.Error)
+	m := res.Machine
+	a.log.Info("phase report", "phase", phase, "machine", m.ID, "hostname", m.Hostname, "state", m.State,
+		"outcome", outcome, "error", rep.Error, "source", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, reportAnswer(m))
+}
+
+// reportRequest translates an environment's report of phase into the
+// store's, or says what is wrong with it.
+func reportRequest(rep enlist.Report, phase, token string) (store.PhaseReport, error) {
+	if err := rep.Validate(); err != nil {
+		return store.PhaseReport{}, fmt.Errorf("invalid report: %w", err)
+	}
+	req := store.PhaseReport{Machine: rep.Machine, Phase: phase, Token: token, Error: rep.Error}
 	switch phase {
 	case store.PhaseCommission:
 		if rep.Error == "" && rep.Inventory == nil {
-			outcome = "bad_request"
-			writeError(w, http.StatusBadRequest, api.CodeBadRequest, "a commissioning report carries the inventory, or an error")
-			return
+			return store.PhaseReport{}, errors.New("a commissioning report carries the inventory, or an error")
 		}
 		if inv := rep.Inventory; inv != nil {
 			ci := &store.CommissionInventory{Arch: inv.Arch, MACs: inv.MACs, CPUCount: inv.CPUCount, MemoryMB: inv.MemoryMB,
@@ -173,52 +190,69 @@ func (a *Agent) phaseReport(w http.ResponseWriter, r *http.Request, phase string
 			req.Detail = "erased " + strings.Join(rep.Erased, " ")
 		}
 	}
-	res, err := a.store.Report(r.Context(), req)
+	return req, nil
+}
+
+// reportRefused answers a report the store did not apply as asked and
+// returns the outcome for the metrics. A wrong credential for a machine in
+// its phase still failed the phase (res says how).
+func (a *Agent) reportRefused(w http.ResponseWriter, r *http.Request, phase, machine string, res store.ReportResult, err error) string {
 	if store.CodeOf(err) == store.CodeUnauthorized {
-		outcome = "unauthorized"
 		if res.Action != "" {
-			// The token was wrong for a machine in its phase: failed.
 			a.observePhase(phase, res.Since, true, "credential")
 			a.transitioned(res.Machine, res.Action, store.ReportActor)
 		}
-		a.log.Warn("phase report refused", "phase", phase, "machine", rep.Machine, "source", r.RemoteAddr, "err", err)
+		a.log.Warn("phase report refused", "phase", phase, "machine", machine, "source", r.RemoteAddr, "err", err)
 		writeError(w, http.StatusUnauthorized, api.CodeUnauthorized, err.Error())
-		return
+		return "unauthorized"
 	}
-	if err != nil {
-		if store.CodeOf(err) != "" {
-			outcome = "bad_request"
-		}
-		a.storeError(w, r, err)
+	a.storeError(w, r, err)
+	if store.CodeOf(err) != "" {
+		return "bad_request"
+	}
+	return "error"
+}
+
+// reportOutcome names what an applied report did: replayed (the same
+// report again, nothing changed), failed (as reported, or refused by the
+// store: an inventory that contradicts the rack) or done.
+func reportOutcome(res store.ReportResult, reportedError string) string {
+	switch {
+	case res.Action == "":
+		return "replayed"
+	case reportedError != "" || res.Action == store.ActionCommissioningFailed || res.Action == store.ActionDeploymentFailed:
+		return "failed"
+	}
+	return "done"
+}
+
+// reportApplied records what an applied report did: the phase's metrics and
+// the transition.
+func (a *Agent) reportApplied(phase, outcome string, res store.ReportResult, reportedError string) {
+	switch outcome {
+	case "failed":
+		a.observePhase(phase, res.Since, true, "reported")
+	case "done":
+		a.observePhase(phase, res.Since, false, "")
+	}
+	if res.Action == "" {
 		return
 	}
 	m := res.Machine
-	switch {
-	case res.Action == "":
-		outcome = "replayed"
-	case rep.Error != "" || res.Action == store.ActionCommissioningFailed || res.Action == store.ActionDeploymentFailed:
-		// Failed as reported, or refused by the store (an inventory
-		// that contradicts the rack).
-		outcome = "failed"
-		a.observePhase(phase, res.Since, true, "reported")
-	default:
-		outcome = "done"
-		a.observePhase(phase, res.Since, false, "")
+	a.transitioned(m, res.Action, store.ReportActor)
+	if res.Action == store.ActionReleaseDone {
+		a.log.Info("machine released after erase", "machine", m.ID, "hostname", m.Hostname, "error", reportedError)
 	}
-	if res.Action != "" {
-		a.transitioned(m, res.Action, store.ReportActor)
-		if res.Action == store.ActionReleaseDone {
-			a.log.Info("machine released after erase", "machine", m.ID, "hostname", m.Hostname, "error", rep.Error)
-		}
-	}
-	// A deployed machine reboots into its new system (rackd now answers
-	// "boot from local disk"); every other end powers off, which the
-	// power policy also does through the BMC.
+}
+
+// reportAnswer tells the environment what to do next: a deployed machine
+// reboots into its new system (rackd now answers "boot from local disk");
+// every other end powers off, which the power policy also does through the
+// BMC.
+func reportAnswer(m store.Machine) enlist.ReportAnswer {
 	ans := enlist.ReportAnswer{State: string(m.State), Action: enlist.ActionPowerOff}
 	if m.State == store.StateDeployed {
 		ans.Action = enlist.ActionReboot
 	}
-	a.log.Info("phase report", "phase", phase, "machine", m.ID, "hostname", m.Hostname, "state", m.State,
-		"outcome", outcome, "error", rep.Error, "source", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, ans)
+	return ans
 }
