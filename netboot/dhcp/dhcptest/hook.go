@@ -11,14 +11,22 @@ import (
 // ClientHook writes the hook script that both ISC dhclient (variables new_*,
 // $reason) and busybox udhcpc ($1, plain variables) call, and returns its
 // path. Each call appends the event and its settings to out (read them with
-// HookEvents) and configures the address with ipTool, which a renewal needs
-// (it is unicast from the leased address).
+// HookEvents) once it has configured the address with ipTool, which a
+// renewal needs (it is unicast from the leased address).
 func ClientHook(t testing.TB, ipTool, dir, out string) string {
 	t.Helper()
 	script := fmt.Sprintf(`#!/bin/sh
 ev="${reason:-$1}"
 addr="${new_ip_address:-$ip}"
 mask="${new_subnet_mask:-$subnet}"
+# The address first, then the record: a test that sees the event finds the
+# address configured.
+case "$ev" in
+BOUND|RENEW|REBIND|REBOOT|bound|renew)
+	%[2]s addr replace "$addr/$mask" dev "$interface" ;;
+RELEASE|EXPIRE|FAIL|STOP|deconfig)
+	%[2]s addr flush dev "$interface" scope global ;;
+esac
 {
 	echo "event=$ev"
 	echo "ip=$addr"
@@ -30,12 +38,6 @@ mask="${new_subnet_mask:-$subnet}"
 	echo "hostname=${new_host_name:-$hostname}"
 	echo "end"
 } >> %[1]q
-case "$ev" in
-BOUND|RENEW|REBIND|REBOOT|bound|renew)
-	%[2]s addr replace "$addr/$mask" dev "$interface" ;;
-RELEASE|EXPIRE|FAIL|STOP|deconfig)
-	%[2]s addr flush dev "$interface" scope global ;;
-esac
 exit 0
 `, out, ipTool)
 	path := filepath.Join(dir, "hook.sh")
