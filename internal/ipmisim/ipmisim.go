@@ -46,7 +46,8 @@ import (
 type Options struct {
 	// Addr is host:port to listen on; empty picks a free 127.0.1.N:623
 	// (spilling over to 127.0.2-8.N), locked against other users of this
-	// package on the machine for the life of the Sim.
+	// package in the same network namespace (that of the calling thread)
+	// for the life of the Sim.
 	Addr string
 	// User and Password of the BMC's admin user (IPMI user 2).
 	User, Password string
@@ -143,6 +144,18 @@ func New(opts Options) (*Sim, error) {
 // using this package (parallel test binaries, benchmarks).
 func lockDir() string { return filepath.Join(os.TempDir(), "rackd-ipmisim-locks") }
 
+// netnsID names the network namespace of the calling thread (its inode, as
+// /proc shows it), so that an address is claimed per namespace: 127.0.0.1
+// in a test's own namespace is not the host's, and two tests that each use
+// it in their own namespace do not collide.
+func netnsID() string {
+	link, err := os.Readlink("/proc/thread-self/ns/net")
+	if err != nil {
+		return "host"
+	}
+	return strings.Trim(strings.TrimPrefix(link, "net:"), "[]")
+}
+
 func (s *Sim) claimAddr(addr string) error {
 	if err := os.MkdirAll(lockDir(), 0o755); err != nil {
 		return fmt.Errorf("lock dir: %w", err)
@@ -176,7 +189,7 @@ func (s *Sim) claimAddr(addr string) error {
 }
 
 func (s *Sim) tryClaim(host string, port int) bool {
-	f, err := os.OpenFile(filepath.Join(lockDir(), fmt.Sprintf("%s_%d.lock", host, port)), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(filepath.Join(lockDir(), fmt.Sprintf("%s_%s_%d.lock", netnsID(), host, port)), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return false
 	}
