@@ -40,6 +40,7 @@ func (s *Store) check() error {
 		checkCredentials(machines, bad)
 		t.checkUsers(bad)
 		t.checkTokens(bad)
+		t.checkSSHKeys(bad)
 		t.checkAddresses(machines, bad)
 		return nil
 	})

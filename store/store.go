@@ -191,6 +191,13 @@ var migrations = []func(tx *bolt.Tx) error{
 		}
 		return nil
 	},
+	// 8 -> 9: users' SSH public keys.
+	func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucketIfNotExists(bucketSSHKeys); err != nil {
+			return fmt.Errorf("create bucket %s: %w", bucketSSHKeys, err)
+		}
+		return nil
+	},
 }
 
 // SchemaVersion is the schema this build of rackd writes.
