@@ -54,8 +54,8 @@ type SSHKey struct {
 	Key string `json:"key"`
 	// Fingerprint is the SHA-256 fingerprint as ssh-keygen -l prints it
 	// (SHA256:base64 without padding).
-	Fingerprint string `json:"fingerprint"`
-	Comment     string `json:"comment,omitempty"`
+	Fingerprint string    `json:"fingerprint"`
+	Comment     string    `json:"comment,omitempty"`
 	Created     time.Time `json:"created"`
 }
 

@@ -112,8 +112,8 @@ func runGroup(e *env, g *group, args []string) int {
 		return exitOK
 	}
 	for _, v := range g.verbs {
-		if v.name == args[0] {
-			return runVerb(e, v, args[1:])
+		if n := v.matches(args); n > 0 {
+			return runVerb(e, v, args[n:])
 		}
 	}
 	fmt.Fprintf(e.stderr, "rackd %s: unknown command %q\n\n", g.name, args[0])

@@ -35,6 +35,16 @@ func (v *verb) path() string {
 	return v.group + " " + v.name
 }
 
+// matches reports how many of args name v: a verb's name may be several
+// words (users ssh-keys add). 0 means args do not start with v's name.
+func (v *verb) matches(args []string) int {
+	words := strings.Fields(v.name)
+	if len(args) < len(words) || !slices.Equal(args[:len(words)], words) {
+		return 0
+	}
+	return len(words)
+}
+
 // argsLine is the positional arguments as usage shows them.
 func (v *verb) argsLine() string {
 	if v.argsUsage != "" {
@@ -134,7 +144,7 @@ func help(args []string, stdout, stderr io.Writer) int {
 			return exitOK
 		}
 		for _, v := range g.verbs {
-			if v.name == args[1] && len(args) == 2 {
+			if n := v.matches(args[1:]); n > 0 && n == len(args)-1 {
 				printVerbUsage(stdout, v)
 				return exitOK
 			}

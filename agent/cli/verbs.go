@@ -118,7 +118,7 @@ first and last MiB of its disks.`,
 
 func usersGroup() *group {
 	g := &group{name: "users", summary: "Manage API users and their tokens."}
-	g.verbs = []*verb{usersAddVerb(), usersListVerb()}
+	g.verbs = append([]*verb{usersAddVerb(), usersListVerb()}, sshKeyVerbs()...)
 	for _, v := range g.verbs {
 		v.group = g.name
 	}
