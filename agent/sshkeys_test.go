@@ -83,7 +83,7 @@ func TestSSHKeysAPI(t *testing.T) {
 func TestSSHKeysFromSSHKeygen(t *testing.T) {
 	keygen, err := exec.LookPath("ssh-keygen")
 	if err != nil {
-		t.Skip("ssh-keygen not installed (apt-get install openssh-client)")
+		t.Skip("ssh-keygen not installed: make test-deps installs it (openssh-client)")
 	}
 	ta := startAgent(t)
 	alice := ta.addUser(t, "alice", false)

@@ -21,6 +21,7 @@ qemu-system-x86_64 qemu-system-x86
 depmod kmod
 ipmi_sim openipmi
 ipmitool ipmitool
+ssh-keygen openssh-client
 LIST
 # file -> the Debian package that has it (firmware the VM tests boot)
 while read -r file pkg; do

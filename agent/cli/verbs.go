@@ -117,7 +117,7 @@ first and last MiB of its disks.`,
 }
 
 func usersGroup() *group {
-	g := &group{name: "users", summary: "Manage API users and their tokens."}
+	g := &group{name: "users", summary: "Manage API users and their SSH keys (tokens: rackd tokens)."}
 	g.verbs = append([]*verb{usersAddVerb(), usersListVerb()}, sshKeyVerbs()...)
 	for _, v := range g.verbs {
 		v.group = g.name
