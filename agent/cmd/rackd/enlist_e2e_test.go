@@ -62,8 +62,7 @@ func enlistBinary(t *testing.T) string {
 func TestE2EEnlistClient(t *testing.T) {
 	netnstest.Require(t)
 	unshare := netnstest.Tool(t, "unshare")
-	bin := enlistBinary(t)
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
+	bin := enlistBinary(t) // built once per process, removed by TestMain
 
 	// The server side: rackd with DHCP on a bridge, its API on every
 	// address of its namespace so that the client reaches it at 10.77.0.1.

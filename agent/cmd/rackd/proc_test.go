@@ -53,8 +53,12 @@ func rackdBinary(t *testing.T) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
+	// The binaries are built once per process, for every test and every
+	// -count run, and removed at its end.
+	for _, bin := range []string{binPath, enlistBin} {
+		if bin != "" {
+			os.RemoveAll(filepath.Dir(bin))
+		}
 	}
 	os.Exit(code)
 }
