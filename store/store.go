@@ -582,21 +582,7 @@ func (s *Store) updateAsync(ctx context.Context, p patience, fn func(*Tx) error,
 	if s.opts.ReadOnly {
 		return ErrReadOnly
 	}
-	o := &op{ctx: ctx, fn: fn, delay: p.delay, batch: p.batch, then: then}
-	select {
-	case <-s.stop:
-		return ErrClosed
-	default:
-	}
-	select {
-	case s.ops <- o:
-		s.nudgeFor(o)
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.stop:
-		return ErrClosed
-	}
+	return s.enqueue(&op{ctx: ctx, fn: fn, delay: p.delay, batch: p.batch, then: then}, true)
 }
 
 // QueuedWrites is the number of writes waiting for the committer.
@@ -608,18 +594,35 @@ func (s *Store) tryUpdateAsync(delay time.Duration, fn func(*Tx) error, then fun
 	if s.opts.ReadOnly {
 		return ErrReadOnly
 	}
-	o := &op{ctx: context.Background(), fn: fn, delay: delay, then: then}
+	return s.enqueue(&op{ctx: context.Background(), fn: fn, delay: delay, then: then}, false)
+}
+
+// enqueue hands o to the committer. When the queue is full it waits for
+// room (until o's context ends or the store closes) if wait is set, and
+// otherwise gives up with errQueueFull.
+func (s *Store) enqueue(o *op, wait bool) error {
 	select {
 	case <-s.stop:
 		return ErrClosed
 	default:
 	}
+	if !wait {
+		select {
+		case s.ops <- o:
+			s.nudgeFor(o)
+			return nil
+		default:
+			return errQueueFull
+		}
+	}
 	select {
 	case s.ops <- o:
 		s.nudgeFor(o)
 		return nil
-	default:
-		return errQueueFull
+	case <-o.ctx.Done():
+		return o.ctx.Err()
+	case <-s.stop:
+		return ErrClosed
 	}
 }
 

@@ -30,6 +30,17 @@ func runCLI(t *testing.T, d *daemon, env []string, args ...string) (int, string,
 	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
 }
 
+// mustCLI is runCLI for a verb that must succeed: it fails the test with the
+// verb's output otherwise, and returns its stdout.
+func mustCLI(t *testing.T, d *daemon, env []string, args ...string) string {
+	t.Helper()
+	code, out, errs := runCLI(t, d, env, args...)
+	if code != 0 {
+		t.Fatalf("rackd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
 // TestCLIAgainstDaemon drives the tour of the README with the real binary:
 // the CLI finds the admin token in the state directory, adds machines and a
 // user, allocates and hands over, and takes an online backup while writers
@@ -38,14 +49,7 @@ func TestCLIAgainstDaemon(t *testing.T) {
 	state := t.TempDir()
 	d := startDaemon(t, state)
 	asAdmin := []string{"RACKD_STATE_DIR=" + state, "RACKD_TOKEN="}
-	must := func(env []string, args ...string) string {
-		t.Helper()
-		code, out, errs := runCLI(t, d, env, args...)
-		if code != 0 {
-			t.Fatalf("rackd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
-		}
-		return out
-	}
+	must := func(env []string, args ...string) string { t.Helper(); return mustCLI(t, d, env, args...) }
 	for i := 1; i <= 3; i++ {
 		must(asAdmin, "machines", "add", "--hostname", fmt.Sprintf("node%02d", i), "--mac", fmt.Sprintf("52:54:00:00:00:%02x", i),
 			"--cpu", "8", "--memory-mb", "16384", "--state", "READY")

@@ -33,14 +33,7 @@ func TestCLIEnlistedMachinePower(t *testing.T) {
 	state := t.TempDir()
 	d := startDaemon(t, state)
 	asAdmin := []string{"RACKD_STATE_DIR=" + state, "RACKD_TOKEN="}
-	must := func(env []string, args ...string) string {
-		t.Helper()
-		code, out, errs := runCLI(t, d, env, args...)
-		if code != 0 {
-			t.Fatalf("rackd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
-		}
-		return out
-	}
+	must := func(env []string, args ...string) string { t.Helper(); return mustCLI(t, d, env, args...) }
 
 	const mac = "52:54:00:00:0b:01"
 	inv, _ := json.Marshal(enlist.Inventory{MACs: []string{mac}, Arch: "amd64", CPUCount: 2, MemoryMB: 1024, BMCAddress: host})

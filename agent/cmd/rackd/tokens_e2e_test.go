@@ -41,14 +41,7 @@ func TestTokensAgainstDaemon(t *testing.T) {
 	state := t.TempDir()
 	d := startDaemon(t, state)
 	asAdmin := []string{"RACKD_STATE_DIR=" + state, "RACKD_TOKEN="}
-	must := func(env []string, args ...string) string {
-		t.Helper()
-		code, out, errs := runCLI(t, d, env, args...)
-		if code != 0 {
-			t.Fatalf("rackd %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
-		}
-		return out
-	}
+	must := func(env []string, args ...string) string { t.Helper(); return mustCLI(t, d, env, args...) }
 	var tk api.Token
 	if err := json.Unmarshal([]byte(must(asAdmin, "tokens", "create", "--name", "ci", "--expires", "30d", "--json")), &tk); err != nil || tk.Token == "" {
 		t.Fatalf("tokens create --json: %v %+v", err, tk)
