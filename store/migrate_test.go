@@ -111,33 +111,8 @@ func TestRefusalsDoNotCommit(t *testing.T) {
 // as a hash in the user's record indexed to the user's name, and checks that
 // those tokens keep working as named tokens.
 func TestMigrateFromSchema7(t *testing.T) {
-	path := filepath.Join(t.TempDir(), FileName)
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	secrets := map[string]string{"admin": NewToken(), "alice": NewToken()}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for v := range 7 {
-			if err := migrations[v](tx); err != nil {
-				return err
-			}
-		}
-		meta, _ := tx.CreateBucketIfNotExists(bucketMeta)
-		meta.Put(keySchema, []byte("7"))
-		for name, secret := range secrets {
-			u, _ := json.Marshal(map[string]any{"name": name, "admin": name == "admin",
-				"token_hash": HashToken(secret), "created": now})
-			tx.Bucket(bucketUsers).Put([]byte(name), u)
-			tx.Bucket(bucketTokens).Put([]byte(HashToken(secret)), []byte(name))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	path := writeSchema7(t, secrets)
 
 	s, err := Open(path, Options{})
 	if err != nil {
@@ -153,7 +128,7 @@ func TestMigrateFromSchema7(t *testing.T) {
 			t.Errorf("%s's old token after migration: %+v, %t, %v", name, a, ok, err)
 		}
 		ts, err := s.Tokens(Actor{Name: name}, "")
-		if err != nil || len(ts) != 1 || ts[0].Name != DefaultTokenName || ts[0].ID != a.Token || !ts[0].Created.Equal(now) {
+		if err != nil || len(ts) != 1 || ts[0].Name != DefaultTokenName || ts[0].ID != a.Token || !ts[0].Created.Equal(schema7Created) {
 			t.Errorf("%s's tokens after migration: %+v, %v", name, ts, err)
 		}
 	}
@@ -171,4 +146,40 @@ func TestMigrateFromSchema7(t *testing.T) {
 	if _, ok, _ := s.Authenticate(secrets["alice"]); ok {
 		t.Error("a revoked migrated token still works")
 	}
+}
+
+// schema7Created is when the users of writeSchema7 were created.
+var schema7Created = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// writeSchema7 writes, by hand, a database of schema 7, the last before
+// named tokens: each user (admin when named "admin") keeps the hash of its
+// one token (secrets: user -> token) in its record. It returns the path.
+func writeSchema7(t *testing.T, secrets map[string]string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), FileName)
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for v := range 7 {
+			if err := migrations[v](tx); err != nil {
+				return err
+			}
+		}
+		meta, _ := tx.CreateBucketIfNotExists(bucketMeta)
+		meta.Put(keySchema, []byte("7"))
+		for name, secret := range secrets {
+			u, _ := json.Marshal(map[string]any{"name": name, "admin": name == "admin",
+				"token_hash": HashToken(secret), "created": schema7Created})
+			tx.Bucket(bucketUsers).Put([]byte(name), u)
+			tx.Bucket(bucketTokens).Put([]byte(HashToken(secret)), []byte(name))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	return path
 }

@@ -3,10 +3,8 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -72,30 +70,7 @@ func TestCheckSSHKeys(t *testing.T) {
 // A database of schema 7 (before named tokens and ssh keys) opens, gets the
 // ssh_keys bucket, and its users can add keys.
 func TestMigrateToSSHKeys(t *testing.T) {
-	path := filepath.Join(t.TempDir(), FileName)
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, m := range migrations[:7] {
-			if err := m(tx); err != nil {
-				return err
-			}
-		}
-		meta, _ := tx.CreateBucketIfNotExists(bucketMeta)
-		meta.Put(keySchema, []byte("7"))
-		// Schema 7 kept the user's one token hash in the user record.
-		data, _ := json.Marshal(map[string]any{"name": "alice", "admin": false,
-			"token_hash": HashToken("alice-token"), "created": time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)})
-		tx.Bucket(bucketUsers).Put([]byte("alice"), data)
-		return tx.Bucket(bucketTokens).Put([]byte(HashToken("alice-token")), []byte("alice"))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-
+	path := writeSchema7(t, map[string]string{"alice": "alice-token"})
 	s, err := Open(path, Options{})
 	if err != nil {
 		t.Fatalf("open schema 7: %v", err)

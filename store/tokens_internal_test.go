@@ -14,7 +14,7 @@ func TestQueuedWriteReauthorised(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	tests := map[string]struct {
 		// meanwhile runs while the write waits; it may queue writes of its
-		// own (wait for them with queued).
+		// own (wait for them with waitQueued).
 		meanwhile func(t *testing.T, s *Store, clock *testClock, tk Token) (done func())
 		want      Code
 	}{
@@ -25,7 +25,7 @@ func TestQueuedWriteReauthorised(t *testing.T) {
 				_, err := s.RevokeToken(context.Background(), Actor{Name: "root", Admin: true}, tk.ID)
 				errc <- err
 			}()
-			queued(t, s, 2) // the write, then the revocation
+			waitQueued(t, s, 2) // the write, then the revocation
 			return func() {
 				if err := <-errc; err != nil {
 					t.Errorf("revoke: %v", err)
@@ -39,7 +39,7 @@ func TestQueuedWriteReauthorised(t *testing.T) {
 				_, err := s.RevokeToken(WithActor(context.Background(), self), self, tk.ID)
 				errc <- err
 			}()
-			queued(t, s, 2)
+			waitQueued(t, s, 2)
 			return func() {
 				if err := <-errc; err != nil {
 					t.Errorf("a token revoking itself: %v", err)
@@ -71,25 +71,17 @@ func TestQueuedWriteReauthorised(t *testing.T) {
 				t.Fatalf("authenticate: %t, %v", ok, err)
 			}
 			// The slow request: it holds the committer until released.
-			release, running := make(chan struct{}), make(chan struct{})
+			release := blockCommitter(t, s)
 			var wg sync.WaitGroup
-			wg.Go(func() {
-				s.update(ctx, func(*Tx) error {
-					close(running)
-					<-release
-					return nil
-				})
-			})
-			<-running
 			// The request authenticated with tk, queued behind it.
 			result := make(chan error, 1)
 			wg.Go(func() {
 				_, _, err := s.CreateToken(WithActor(ctx, who), who, NewTokenRequest{Name: "made-while-queued"})
 				result <- err
 			})
-			queued(t, s, 1)
+			waitQueued(t, s, 1)
 			done := tc.meanwhile(t, s, clock, tk)
-			close(release)
+			release()
 			err = <-result
 			if tc.want == "" && err != nil {
 				t.Errorf("queued write: %v, want success", err)
@@ -126,26 +118,18 @@ func TestRevokedAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release, running := make(chan struct{}), make(chan struct{})
+	release := blockCommitter(t, s)
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		s.update(ctx, func(*Tx) error {
-			close(running)
-			<-release
-			return nil
-		})
-	})
-	<-running
 	revoked := make(chan error, 1)
 	wg.Go(func() {
 		_, err := s.RevokeToken(ctx, Actor{Name: "alice"}, tk.ID)
 		revoked <- err
 	})
-	queued(t, s, 1)
+	waitQueued(t, s, 1)
 	if _, ok, _ := s.Authenticate(secret); ok {
 		t.Error("a token whose revocation waits for the committer still authenticates")
 	}
-	close(release)
+	release()
 	if err := <-revoked; err != nil {
 		t.Fatal(err)
 	}
@@ -159,17 +143,6 @@ func TestRevokedAtOnce(t *testing.T) {
 }
 
 // queued waits until n operations wait for the committer.
-func queued(t *testing.T, s *Store, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(s.ops) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d operations queued, want %d", len(s.ops), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 type testClock struct {
 	mu  sync.Mutex
 	now time.Time
