@@ -1,18 +1,24 @@
-// Package deploy writes a raw disk image to a disk and erases disks: the
+// Package deploy writes a disk image to a disk and erases disks: the
 // deploy and erase modes of rackd's ephemeral environment.
 //
-// Write streams the image straight to the disk, hashing it as it goes, and
-// makes sure that a disk whose image did not arrive whole and correct is
-// never left bootable: the first MiB (boot sector, partition table, the
-// start of the EFI system partition's GPT) is zeroed before anything else,
-// held back in memory while the rest is written, and written last, only
-// after every other byte is on the disk (fsync) and the SHA-256 of the
-// whole image matched. A wrong checksum, a short or long stream, a write
-// error or a cancelled context leave the first MiB zeroed: firmware finds
-// nothing to boot there, and the machine is not mistaken for deployed.
+// Write streams the image straight to the disk, decompressing it on the
+// way when the served file is gzip, xz or zstd, hashing what it downloads
+// (and what it decompresses, when that digest is announced), and makes
+// sure that a disk whose image did not arrive whole and correct is never
+// left bootable: the first MiB (boot sector, partition table, the start
+// of the EFI system partition's GPT) is zeroed before anything else, held
+// back in memory while the rest is written, and written last, only after
+// every other byte is on the disk (fsync) and every digest matched. A
+// wrong checksum, a short or long stream (downloaded or decompressed), a
+// corrupt or truncated compressed stream, bytes after it, a write error or
+// a cancelled context leave the first MiB zeroed: firmware finds nothing
+// to boot there, and the machine is not mistaken for deployed. Nothing is
+// held in memory but a few chunks and the head: images larger than the
+// machine's RAM stream.
 package deploy
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -32,8 +38,12 @@ import (
 // at each end of a disk.
 const HeadSize = 1 << 20
 
-// chunk is the size of one read and one write.
-const chunk = 4 << 20
+// chunk is the size of one read and one write of the decompressed image;
+// srcChunk of one read of a compressed one.
+const (
+	chunk    = 4 << 20
+	srcChunk = 1 << 20
+)
 
 // Disk is a disk open for writing: a block device, or a file in tests.
 type Disk interface {
@@ -41,58 +51,133 @@ type Disk interface {
 	Sync() error
 }
 
+// Image is what rackd says about the file it serves (the kernel command
+// line's rackd.image_* arguments).
+type Image struct {
+	// Format is the file's encoding; empty means raw.
+	Format Format
+	// Size and SHA256 (lower-case hex) are those of the served file, the
+	// bytes downloaded.
+	Size   int64
+	SHA256 string
+	// RawSize is the size of the decompressed image, what is written to
+	// the disk; 0 for a raw image means Size. RawSHA256, when set, is the
+	// SHA-256 of the decompressed image, checked too.
+	RawSize   int64
+	RawSHA256 string
+}
+
+// Options are the optional parts of a Write.
+type Options struct {
+	// Progress, when set, is told the bytes written so far after each
+	// chunk.
+	Progress func(int64)
+}
+
 // Result says what Write wrote.
 type Result struct {
-	Bytes  int64
-	SHA256 string
-	// Read, Hash and Write are the time spent reading the image, hashing
-	// it and writing the disk (they overlap): which one bounds the rate.
-	Read, Hash, Write time.Duration
+	// Bytes is what was written of the decompressed image.
+	Bytes int64
+	// SHA256 is that of the served file; RawSHA256 that of the
+	// decompressed image, when it was computed (raw images, or a
+	// RawSHA256 to check).
+	SHA256, RawSHA256 string
+	// Downloaded is the bytes of the served file read.
+	Downloaded int64
+	// Read, Hash, Decompress and Write are the time spent reading the
+	// served file, hashing (all digests), decompressing and writing the
+	// disk. They overlap: the largest says what bounds the rate.
+	Read, Hash, Decompress, Write time.Duration
 }
 
 // ChecksumError is an image whose content is not the one announced.
 type ChecksumError struct {
+	// What is "image" (the served file) or "decompressed image".
+	What      string
 	Got, Want string
 }
 
 func (e *ChecksumError) Error() string {
-	return fmt.Sprintf("sha256 mismatch: the image streamed hashes to %s, want %s", e.Got, e.Want)
+	what := e.What
+	if what == "" {
+		what = "image"
+	}
+	return fmt.Sprintf("sha256 mismatch: the %s streamed hashes to %s, want %s", what, e.Got, e.Want)
 }
 
-// Write streams size bytes of image from r to d, verifying that they hash
-// to wantSHA (lower-case hex). progress, when set, is told the bytes
-// written so far after each chunk. See the package documentation for the
-// order of writes.
-func Write(ctx context.Context, r io.Reader, d Disk, size int64, wantSHA string, progress func(int64)) (Result, error) {
-	if size <= 0 {
-		return Result{}, fmt.Errorf("image size %d: want a positive size", size)
+// Check says what is wrong with an image's description.
+func (img Image) Check() error {
+	f, err := ParseFormat(string(img.Format))
+	if err != nil {
+		return err
 	}
-	if err := zero(d, 0, min(HeadSize, size)); err != nil {
-		return Result{}, fmt.Errorf("clear the head of the disk: %w", err)
+	if img.Size <= 0 {
+		return fmt.Errorf("image size %d: want a positive size", img.Size)
+	}
+	if !isSHA256(img.SHA256) {
+		return fmt.Errorf("image sha256 %q: want 64 lower-case hex digits", clipText(img.SHA256))
+	}
+	if img.RawSHA256 != "" && !isSHA256(img.RawSHA256) {
+		return fmt.Errorf("decompressed image sha256 %q: want 64 lower-case hex digits", clipText(img.RawSHA256))
+	}
+	switch {
+	case f == FormatRaw && img.RawSize != 0 && img.RawSize != img.Size:
+		return fmt.Errorf("raw image of %d bytes announced as %d bytes decompressed", img.Size, img.RawSize)
+	case f == FormatRaw && img.RawSHA256 != "" && img.RawSHA256 != img.SHA256:
+		return fmt.Errorf("raw image announced with two different sha256s")
+	case f != FormatRaw && img.RawSize <= 0:
+		return fmt.Errorf("%s image: its decompressed size is needed (got %d)", f, img.RawSize)
+	}
+	return nil
+}
+
+// rawSize is the size written to the disk.
+func (img Image) rawSize() int64 {
+	if img.RawSize > 0 {
+		return img.RawSize
+	}
+	return img.Size
+}
+
+func isSHA256(s string) bool {
+	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
+}
+
+// Write streams the image from r (the served file, decompressed on the
+// way when it is compressed) to d. The SHA-256 of the bytes read is
+// checked against img.SHA256, and that of the decompressed bytes against
+// img.RawSHA256 when set; exactly img.Size bytes must arrive, and they must
+// decompress to exactly img.RawSize bytes, with nothing after the
+// compressed stream. See the package documentation for the order of
+// writes.
+func Write(ctx context.Context, r io.Reader, d Disk, img Image, opt Options) (Result, error) {
+	// Even a deployment refused for its arguments leaves nothing to
+	// boot: a failed deployment must not boot the previous system.
+	checkErr := img.Check()
+	n := int64(HeadSize)
+	if checkErr == nil {
+		n = min(HeadSize, img.rawSize())
+	}
+	if err := zero(d, 0, n); err != nil {
+		return Result{}, errors.Join(checkErr, fmt.Errorf("clear the head of the disk: %w", err))
 	}
 	if err := d.Sync(); err != nil {
-		return Result{}, fmt.Errorf("sync the disk: %w", err)
+		return Result{}, errors.Join(checkErr, fmt.Errorf("sync the disk: %w", err))
 	}
-	h := sha256.New()
-	head := make([]byte, min(HeadSize, size))
-	if _, err := io.ReadFull(r, head); err != nil {
-		return Result{}, fmt.Errorf("read the image: %w after 0 of %d bytes", noEOF(err), size)
+	if checkErr != nil {
+		return Result{}, checkErr
 	}
-	h.Write(head)
+	img.Format, _ = ParseFormat(string(img.Format))
 	var res Result
-	off, err := stream(ctx, r, d, h, int64(len(head)), size, progress, &res)
-	res.Bytes = off
+	var head []byte
+	var err error
+	if img.Format == FormatRaw {
+		head, err = writeRaw(ctx, r, d, img, opt, &res)
+	} else {
+		head, err = writeCompressed(ctx, r, d, img, opt, &res)
+	}
 	if err != nil {
 		return res, err
-	}
-	// Anything after size means the image is not the one announced.
-	var one [1]byte
-	if n, _ := r.Read(one[:]); n > 0 {
-		return res, fmt.Errorf("the image is longer than the %d bytes announced", size)
-	}
-	got := hex.EncodeToString(h.Sum(nil))
-	if got != wantSHA {
-		return res, &ChecksumError{Got: got, Want: wantSHA}
 	}
 	t := time.Now()
 	if err := d.Sync(); err != nil {
@@ -105,21 +190,226 @@ func Write(ctx context.Context, r io.Reader, d Disk, size int64, wantSHA string,
 		return res, fmt.Errorf("sync the disk: %w", err)
 	}
 	res.Write += time.Since(t)
-	res.SHA256 = got
 	return res, nil
 }
 
-// depth is how many chunks are in flight between the reader, the hasher
-// and the writer.
+// writeRaw writes a raw image: one stream, one digest. It returns the
+// held-back head.
+func writeRaw(ctx context.Context, r io.Reader, d Disk, img Image, opt Options, res *Result) ([]byte, error) {
+	size := img.Size
+	h := sha256.New()
+	head := make([]byte, min(HeadSize, size))
+	t := time.Now()
+	if _, err := io.ReadFull(r, head); err != nil {
+		return nil, fmt.Errorf("read the image: %w after 0 of %d bytes", noEOF(err), size)
+	}
+	res.Read += time.Since(t)
+	h.Write(head)
+	var written atomic.Int64
+	written.Store(int64(len(head)))
+	n, err := pump(ctx, r, int64(len(head)), size, chunk, &res.Read,
+		hashSink(h, &res.Hash), diskSink(d, &written, opt.Progress, &res.Write))
+	n += int64(len(head))
+	res.Bytes, res.Downloaded = written.Load(), n
+	if err != nil {
+		return nil, readErr("read the image", err, n, size)
+	}
+	// Anything after size means the image is not the one announced.
+	var one [1]byte
+	if n, _ := r.Read(one[:]); n > 0 {
+		return nil, fmt.Errorf("the image is longer than the %d bytes announced", size)
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	res.SHA256, res.RawSHA256 = got, got
+	if got != img.SHA256 {
+		return nil, &ChecksumError{What: "image", Got: got, Want: img.SHA256}
+	}
+	return head, nil
+}
+
+// errAborted stops the download of a compressed image whose decompressed
+// side failed: the failure that matters is that one.
+var errAborted = errors.New("aborted")
+
+// writeCompressed writes a compressed image. A goroutine downloads the
+// served file, hashing it, into a pipe; the decoder reads the pipe; the
+// decompressed stream is written as a raw image is (its own digest only
+// when one is announced). It returns the held-back head.
+func writeCompressed(ctx context.Context, r io.Reader, d Disk, img Image, opt Options, res *Result) ([]byte, error) {
+	size := img.rawSize()
+	ch := sha256.New()
+	pr, pw := io.Pipe()
+	var (
+		srcRead, srcHash time.Duration
+		srcN             int64
+		srcErr           error
+		done             = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		srcN, srcErr = pump(ctx, r, 0, img.Size, srcChunk, &srcRead, hashSink(ch, &srcHash),
+			sink(func(b []byte, _ int64) error { _, err := pw.Write(b); return err }))
+		if srcErr == nil {
+			var one [1]byte
+			if n, _ := r.Read(one[:]); n > 0 {
+				srcErr = fmt.Errorf("the image file is longer than the %d bytes announced", img.Size)
+			}
+		} else {
+			srcErr = readErr("read the image", srcErr, srcN, img.Size)
+		}
+		pw.CloseWithError(srcErr) // nil: a clean end of the file
+	}()
+	// finish ends the download and says what went wrong, the download's
+	// own failure first (a cut connection makes the decoder fail too).
+	finish := func(err error) error {
+		pr.CloseWithError(errAborted)
+		<-done
+		res.Read += srcRead
+		res.Hash += srcHash
+		res.Downloaded = srcN
+		if srcErr != nil && !errors.Is(srcErr, errAborted) {
+			return srcErr
+		}
+		return err
+	}
+	src := bufio.NewReaderSize(pr, decoderBuffer)
+	dec, closeDec, err := newDecoder(img.Format, src)
+	if err != nil {
+		return nil, finish(fmt.Errorf("decompress the %s image: %w", img.Format, noEOF(err)))
+	}
+	defer closeDec()
+	var rh hash.Hash
+	sinks := []sink{}
+	if img.RawSHA256 != "" {
+		rh = sha256.New()
+		sinks = append(sinks, hashSink(rh, &res.Hash))
+	}
+	head := make([]byte, min(HeadSize, size))
+	t := time.Now()
+	if _, err := io.ReadFull(dec, head); err != nil {
+		res.Decompress += time.Since(t)
+		return nil, finish(decompressErr(img.Format, err, 0, size))
+	}
+	res.Decompress += time.Since(t)
+	if rh != nil {
+		rh.Write(head)
+	}
+	var written atomic.Int64
+	written.Store(int64(len(head)))
+	sinks = append(sinks, diskSink(d, &written, opt.Progress, &res.Write))
+	n, err := pump(ctx, dec, int64(len(head)), size, chunk, &res.Decompress, sinks...)
+	n += int64(len(head))
+	res.Bytes = written.Load()
+	if err != nil {
+		return nil, finish(decompressErr(img.Format, err, n, size))
+	}
+	// The decompressed stream must end here, which also makes the decoder
+	// read and check the end of the compressed stream.
+	var one [1]byte
+	if n, err := io.ReadFull(dec, one[:]); n > 0 {
+		return nil, finish(fmt.Errorf("the %s image decompresses to more than the %d bytes announced", img.Format, size))
+	} else if !errors.Is(err, io.EOF) {
+		return nil, finish(decompressErr(img.Format, err, size, size))
+	}
+	// Whatever the decoder did not take is not part of the image.
+	if n, err := io.Copy(io.Discard, src); n > 0 {
+		return nil, finish(fmt.Errorf("the %s image has %d bytes of trailing data after its compressed stream", img.Format, n))
+	} else if err != nil {
+		return nil, finish(err)
+	}
+	if err := finish(nil); err != nil {
+		return nil, err
+	}
+	res.SHA256 = hex.EncodeToString(ch.Sum(nil))
+	if res.SHA256 != img.SHA256 {
+		return nil, &ChecksumError{What: "image", Got: res.SHA256, Want: img.SHA256}
+	}
+	if rh != nil {
+		res.RawSHA256 = hex.EncodeToString(rh.Sum(nil))
+		if res.RawSHA256 != img.RawSHA256 {
+			return nil, &ChecksumError{What: "decompressed image", Got: res.RawSHA256, Want: img.RawSHA256}
+		}
+	}
+	return head, nil
+}
+
+// decompressErr says where decompression failed; a stream that ends early
+// is a truncated (or shorter than announced) image.
+func decompressErr(f Format, err error, n, size int64) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("decompress the %s image: the stream ended after %d of the %d bytes announced (truncated, or a smaller image)", f, n, size)
+	}
+	var we *writeError
+	if errors.As(err, &we) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("decompress the %s image: %w after %d of %d bytes", f, err, n, size)
+}
+
+// readErr is a failed read of what the network serves, or a failed sink.
+func readErr(what string, err error, n, size int64) error {
+	var we *writeError
+	if errors.As(err, &we) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errAborted) {
+		return err
+	}
+	return fmt.Errorf("%s: %w after %d of %d bytes", what, noEOF(err), n, size)
+}
+
+// A sink takes each chunk of a stream, in order, with its offset; it must
+// not keep the buffer.
+type sink func(b []byte, off int64) error
+
+// hashSink feeds h, timed into spent.
+func hashSink(h hash.Hash, spent *time.Duration) sink {
+	return func(b []byte, _ int64) error {
+		t := time.Now()
+		h.Write(b)
+		*spent += time.Since(t)
+		return nil
+	}
+}
+
+// writeError is a failed write of the disk.
+type writeError struct {
+	off int64
+	err error
+}
+
+func (e *writeError) Error() string {
+	return fmt.Sprintf("write the disk at byte %d: %v", e.off, e.err)
+}
+func (e *writeError) Unwrap() error { return e.err }
+
+// diskSink writes each chunk at its offset, counting into written and
+// telling progress.
+func diskSink(d Disk, written *atomic.Int64, progress func(int64), spent *time.Duration) sink {
+	return func(b []byte, off int64) error {
+		t := time.Now()
+		_, err := d.WriteAt(b, off)
+		*spent += time.Since(t)
+		if err != nil {
+			return &writeError{off: off, err: err}
+		}
+		if n := written.Add(int64(len(b))); progress != nil {
+			progress(n)
+		}
+		return nil
+	}
+}
+
+// depth is how many chunks are in flight between the reader and the
+// sinks.
 const depth = 4
 
-// stream copies the image from r to d from byte off to size, hashing it
-// into h. Reading, hashing and writing overlap: this goroutine reads each
-// chunk, then a hasher and a writer goroutine take it, in order, at the
-// same time (both only read the buffer), and it goes back to the pool when
-// both are done; so the rate is close to the slowest of the three rather
-// than their sum. It returns the bytes written (read, on a read error).
-func stream(ctx context.Context, r io.Reader, d Disk, h hash.Hash, off, size int64, progress func(int64), res *Result) (int64, error) {
+// pump reads r from byte off up to byte end in chunks of size bytes and
+// hands each chunk to every sink. Reading and the sinks overlap: this
+// goroutine reads each chunk, then each sink's goroutine takes it, in
+// order, at the same time (they only read the buffer), and it goes back to
+// the pool when all are done; so the rate is close to the slowest of them
+// rather than their sum. Reading stops at the first failure, a sink's or
+// the reader's (a sink's wins). It returns the bytes read; readTime gets
+// the time spent in r.Read.
+func pump(ctx context.Context, r io.Reader, off, end int64, size int, readTime *time.Duration, sinks ...sink) (int64, error) {
 	type job struct {
 		b    []byte
 		off  int64
@@ -127,51 +417,37 @@ func stream(ctx context.Context, r io.Reader, d Disk, h hash.Hash, off, size int
 	}
 	free := make(chan []byte, depth)
 	for range depth {
-		free <- make([]byte, chunk)
+		free <- make([]byte, size)
 	}
 	release := func(j job) {
 		if j.left.Add(-1) == 0 {
 			free <- j.b[:cap(j.b)]
 		}
 	}
-	hashQ, writeQ := make(chan job, depth), make(chan job, depth)
 	var (
-		wg      sync.WaitGroup
-		werr    atomic.Pointer[error]
-		written atomic.Int64
+		wg   sync.WaitGroup
+		serr atomic.Pointer[error]
 	)
-	written.Store(off)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for j := range hashQ {
-			t := time.Now()
-			h.Write(j.b)
-			res.Hash += time.Since(t)
-			release(j)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for j := range writeQ {
-			if werr.Load() == nil {
-				t := time.Now()
-				_, err := d.WriteAt(j.b, j.off)
-				res.Write += time.Since(t)
-				if err != nil {
-					e := fmt.Errorf("write the disk at byte %d: %w", j.off, err)
-					werr.Store(&e)
-				} else if n := written.Add(int64(len(j.b))); progress != nil {
-					progress(n)
+	queues := make([]chan job, len(sinks))
+	for i, s := range sinks {
+		q := make(chan job, depth)
+		queues[i] = q
+		wg.Go(func() {
+			for j := range q {
+				if serr.Load() == nil {
+					if err := s(j.b, j.off); err != nil {
+						serr.CompareAndSwap(nil, &err)
+					}
 				}
+				release(j)
 			}
-			release(j)
-		}
-	}()
+		})
+	}
+	start := off
 	var rerr error
 read:
-	for off < size {
-		if werr.Load() != nil {
+	for off < end {
+		if serr.Load() != nil {
 			break
 		}
 		var b []byte
@@ -186,33 +462,32 @@ read:
 			break
 		}
 		t := time.Now()
-		n, err := io.ReadFull(r, b[:min(int64(len(b)), size-off)])
-		res.Read += time.Since(t)
+		n, err := io.ReadFull(r, b[:min(int64(len(b)), end-off)])
+		*readTime += time.Since(t)
 		if n > 0 {
 			left := new(atomic.Int32)
-			left.Store(2)
+			left.Store(int32(len(sinks)))
 			j := job{b: b[:n], off: off, left: left}
-			hashQ <- j
-			writeQ <- j
+			for _, q := range queues {
+				q <- j
+			}
 			off += int64(n)
 		} else {
 			free <- b
 		}
 		if err != nil {
-			rerr = fmt.Errorf("read the image: %w after %d of %d bytes", noEOF(err), off, size)
+			rerr = err
 			break
 		}
 	}
-	close(hashQ)
-	close(writeQ)
+	for _, q := range queues {
+		close(q)
+	}
 	wg.Wait()
-	if e := werr.Load(); e != nil {
-		return written.Load(), *e
+	if e := serr.Load(); e != nil {
+		return off - start, *e
 	}
-	if rerr != nil {
-		return off, rerr
-	}
-	return written.Load(), nil
+	return off - start, rerr
 }
 
 // noEOF turns a clean end of stream into what it means here: too short.

@@ -55,7 +55,7 @@ func TestWrite(t *testing.T) {
 	img, sum := image(9<<20 + 12345) // several chunks and a ragged end
 	f := fakeDisk(t, disk)
 	var last int64
-	res, err := Write(context.Background(), bytes.NewReader(img), f, int64(len(img)), sum, func(n int64) { last = n })
+	res, err := Write(context.Background(), bytes.NewReader(img), f, Image{Size: int64(len(img)), SHA256: sum}, Options{Progress: func(n int64) { last = n }})
 	if err != nil || res.Bytes != int64(len(img)) || res.SHA256 != sum || last != int64(len(img)) {
 		t.Fatalf("%+v %v (progress %d)", res, err, last)
 	}
@@ -66,7 +66,7 @@ func TestWrite(t *testing.T) {
 	// A small image (less than the head) works too.
 	small, ssum := image(1000)
 	f = fakeDisk(t, 4096)
-	if _, err := Write(context.Background(), bytes.NewReader(small), f, 1000, ssum, nil); err != nil {
+	if _, err := Write(context.Background(), bytes.NewReader(small), f, Image{Size: 1000, SHA256: ssum}, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := read(t, f); !bytes.Equal(got[:1000], small) {
@@ -115,7 +115,7 @@ func TestWriteFailuresLeaveNothingBootable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := fakeDisk(t, disk)
-			_, err := Write(tc.ctx, tc.r, f, tc.size, tc.sha, nil)
+			_, err := Write(tc.ctx, tc.r, f, Image{Size: tc.size, SHA256: tc.sha}, Options{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want %q", err, tc.want)
 			}
@@ -147,13 +147,13 @@ func (d lateFailingDisk) WriteAt(b []byte, off int64) (int, error) {
 
 func TestWriteDiskError(t *testing.T) {
 	img, sum := image(2 << 20)
-	_, err := Write(context.Background(), bytes.NewReader(img), failingDisk{fakeDisk(t, 4<<20)}, int64(len(img)), sum, nil)
+	_, err := Write(context.Background(), bytes.NewReader(img), failingDisk{fakeDisk(t, 4<<20)}, Image{Size: int64(len(img)), SHA256: sum}, Options{})
 	if err == nil || !strings.Contains(err.Error(), "EIO") {
 		t.Fatal(err)
 	}
 	big, bigSum := image(20 << 20)
 	f := fakeDisk(t, 24<<20)
-	res, err := Write(context.Background(), bytes.NewReader(big), lateFailingDisk{f}, int64(len(big)), bigSum, nil)
+	res, err := Write(context.Background(), bytes.NewReader(big), lateFailingDisk{f}, Image{Size: int64(len(big)), SHA256: bigSum}, Options{})
 	if err == nil || !strings.Contains(err.Error(), "write the disk at byte") || !strings.Contains(err.Error(), "EIO") || res.Bytes > 6<<20 {
 		t.Fatalf("%+v %v", res, err)
 	}

@@ -30,11 +30,12 @@ type disk interface {
 // phaseArgs are what the kernel command line says about the phase.
 type phaseArgs struct {
 	mode, machine, token string
-	// deploy: the image's path under /boot/, checksum and size; the disk
-	// rule.
-	image, sha256 string
-	size          int64
-	diskRule      string
+	// deploy: the image's path under /boot/ and what rackd says about it
+	// (format, sizes and checksums of the served file and of the
+	// decompressed image); the disk rule.
+	image    string
+	img      deploy.Image
+	diskRule string
 	// measureDownload (enlist.measure_download=1, an image's own argument:
 	// benchmarks only) first fetches the image into nothing, timed, as the
 	// reference the streaming rate is compared with.
@@ -56,17 +57,25 @@ func parsePhaseArgs(mode, cmdline, diskFlag string) (phaseArgs, error) {
 	if mode != enlist.ModeDeploy {
 		return p, nil
 	}
-	p.image, p.sha256 = get("rackd.image"), get("rackd.image_sha256")
+	p.image = get("rackd.image")
+	if p.image == "" || strings.Contains(p.image, "..") || strings.HasPrefix(p.image, "/") {
+		return p, fmt.Errorf("rackd.image=%q: want the image's path under rackd's /boot/", p.image)
+	}
 	size, err := strconv.ParseInt(get("rackd.image_size"), 10, 64)
 	if err != nil || size <= 0 {
 		return p, fmt.Errorf("rackd.image_size=%q: want the image's size in bytes", get("rackd.image_size"))
 	}
-	p.size = size
-	if p.image == "" || strings.Contains(p.image, "..") || strings.HasPrefix(p.image, "/") {
-		return p, fmt.Errorf("rackd.image=%q: want the image's path under rackd's /boot/", p.image)
+	p.img = deploy.Image{Size: size, SHA256: get("rackd.image_sha256"), RawSHA256: get("rackd.image_raw_sha256")}
+	if p.img.Format, err = deploy.ParseFormat(get("rackd.image_format")); err != nil {
+		return p, fmt.Errorf("rackd.image_format: %w", err)
 	}
-	if len(p.sha256) != 64 || strings.Trim(p.sha256, "0123456789abcdef") != "" {
-		return p, fmt.Errorf("rackd.image_sha256=%q: want 64 lower-case hex digits", p.sha256)
+	if s := get("rackd.image_raw_size"); s != "" {
+		if p.img.RawSize, err = strconv.ParseInt(s, 10, 64); err != nil || p.img.RawSize <= 0 {
+			return p, fmt.Errorf("rackd.image_raw_size=%q: want the decompressed image's size in bytes", s)
+		}
+	}
+	if err := p.img.Check(); err != nil {
+		return p, fmt.Errorf("the rackd.image_* arguments: %w", err)
 	}
 	return p, nil
 }
@@ -137,7 +146,11 @@ const stallTimeout = 60 * time.Second
 // deployImage streams the image from rackd to the chosen disk.
 func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, inv enlist.Inventory,
 	say func(string, ...any)) (deploy.Result, string, error) {
-	target, err := deploy.ChooseDisk(inv.Disks, p.diskRule, p.size)
+	rawSize := p.img.RawSize
+	if rawSize == 0 {
+		rawSize = p.img.Size
+	}
+	target, err := deploy.ChooseDisk(inv.Disks, p.diskRule, rawSize)
 	if err != nil {
 		return deploy.Result{}, "", err
 	}
@@ -155,7 +168,12 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, in
 			say("download-only measurement failed: %v", err)
 		}
 	}
-	say("writing %s (%d bytes, sha256 %s) to %s (%d bytes)", u, p.size, p.sha256, target.Name, target.SizeBytes)
+	if p.img.Format == deploy.FormatRaw {
+		say("writing %s (%d bytes, sha256 %s) to %s (%d bytes)", u, p.img.Size, p.img.SHA256, target.Name, target.SizeBytes)
+	} else {
+		say("writing %s (%s, %d bytes, sha256 %s; %d bytes decompressed) to %s (%d bytes)", u, p.img.Format, p.img.Size, p.img.SHA256,
+			rawSize, target.Name, target.SizeBytes)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -170,20 +188,20 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, in
 	if resp.StatusCode != http.StatusOK {
 		return deploy.Result{}, target.Name, fmt.Errorf("fetch the image: %s answered %s", u, resp.Status)
 	}
-	if resp.ContentLength >= 0 && resp.ContentLength != p.size {
-		return deploy.Result{}, target.Name, fmt.Errorf("fetch the image: %s is %d bytes, rackd.image_size says %d", u, resp.ContentLength, p.size)
+	if resp.ContentLength >= 0 && resp.ContentLength != p.img.Size {
+		return deploy.Result{}, target.Name, fmt.Errorf("fetch the image: %s is %d bytes, rackd.image_size says %d", u, resp.ContentLength, p.img.Size)
 	}
 	body := &stallReader{r: resp.Body, t: time.AfterFunc(stallTimeout, func() {
 		cancel(fmt.Errorf("the image download made no progress for %s", stallTimeout))
 	})}
 	defer body.t.Stop()
 	start, lastSaid := time.Now(), time.Now()
-	res, err := deploy.Write(ctx, body, d, p.size, p.sha256, func(n int64) {
+	res, err := deploy.Write(ctx, body, d, p.img, deploy.Options{Progress: func(n int64) {
 		if time.Since(lastSaid) >= 5*time.Second {
 			lastSaid = time.Now()
-			say("written %d of %d bytes", n, p.size)
+			say("written %d of %d bytes", n, rawSize)
 		}
-	})
+	}})
 	if err != nil {
 		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", err, c)
@@ -192,7 +210,11 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, in
 	}
 	secs := time.Since(start).Seconds()
 	say("wrote %d bytes to %s in %.2fs (%.1f MB/s), sha256 verified, synced", res.Bytes, target.Name, secs, float64(res.Bytes)/1e6/max(secs, 1e-3))
-	say("time spent (overlapping): reading %.2fs, hashing %.2fs, writing %.2fs", res.Read.Seconds(), res.Hash.Seconds(), res.Write.Seconds())
+	if p.img.Format != deploy.FormatRaw {
+		say("downloaded %d bytes of %s (%.1f MB/s)", res.Downloaded, p.img.Format, float64(res.Downloaded)/1e6/max(secs, 1e-3))
+	}
+	say("time spent (overlapping): reading %.2fs, hashing %.2fs, decompressing %.2fs, writing %.2fs",
+		res.Read.Seconds(), res.Hash.Seconds(), res.Decompress.Seconds(), res.Write.Seconds())
 	return res, target.Name, nil
 }
 

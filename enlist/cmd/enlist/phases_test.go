@@ -9,7 +9,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -439,7 +442,7 @@ func FuzzPhaseArgs(f *testing.F) {
 		if p.machine == "" || p.token == "" {
 			t.Fatalf("accepted without machine or token: %+v", p)
 		}
-		if mode == enlist.ModeDeploy && (p.size <= 0 || len(p.sha256) != 64 || strings.Contains(p.image, "..") ||
+		if mode == enlist.ModeDeploy && (p.img.Check() != nil || strings.Contains(p.image, "..") ||
 			strings.HasPrefix(p.image, "/") || p.image == "") {
 			t.Fatalf("accepted unsafe deploy arguments: %+v", p)
 		}
@@ -476,5 +479,115 @@ func TestPhasesAutoCommission(t *testing.T) {
 	}
 	if m, _ := l.a.Store().Machine(id); m.State != store.StateReady || !m.Commissioned {
 		t.Fatalf("after commissioning: %s", m.State)
+	}
+}
+
+// The rackd.image_* arguments of a compressed image parse into what the
+// writer checks; wrong ones are refused with the argument named.
+func TestPhaseArgsImage(t *testing.T) {
+	sha, raw := strings.Repeat("ab", 32), strings.Repeat("cd", 32)
+	base := "rackd.machine=m-a rackd.token=t rackd.image=images/" + sha + " rackd.image_sha256=" + sha + " rackd.image_size=10"
+	for _, tc := range []struct {
+		args string
+		want deploy.Image
+		err  string
+	}{
+		{"", deploy.Image{Format: deploy.FormatRaw, Size: 10, SHA256: sha}, ""},
+		{" rackd.image_format=raw rackd.image_raw_size=10", deploy.Image{Format: deploy.FormatRaw, Size: 10, SHA256: sha, RawSize: 10}, ""},
+		{" rackd.image_format=zstd rackd.image_raw_size=4096 rackd.image_raw_sha256=" + raw,
+			deploy.Image{Format: deploy.FormatZstd, Size: 10, SHA256: sha, RawSize: 4096, RawSHA256: raw}, ""},
+		{" rackd.image_format=xz rackd.image_raw_size=99", deploy.Image{Format: deploy.FormatXZ, Size: 10, SHA256: sha, RawSize: 99}, ""},
+		{" rackd.image_format=gzip", deploy.Image{}, "decompressed size is needed"},
+		{" rackd.image_format=bzip2 rackd.image_raw_size=99", deploy.Image{}, "rackd.image_format"},
+		{" rackd.image_format=gzip rackd.image_raw_size=-3", deploy.Image{}, "rackd.image_raw_size"},
+		{" rackd.image_format=gzip rackd.image_raw_size=9 rackd.image_raw_sha256=XYZ", deploy.Image{}, "decompressed image sha256"},
+		{" rackd.image_raw_size=11", deploy.Image{}, "announced as 11 bytes"},
+	} {
+		p, err := parsePhaseArgs(enlist.ModeDeploy, base+tc.args, "")
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: %v, want %q", tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || p.img != tc.want {
+			t.Errorf("%q: %+v %v, want %+v", tc.args, p.img, err, tc.want)
+		}
+	}
+}
+
+// A zstd image served over HTTP is decompressed onto the disk, chosen by
+// its decompressed size; a truncated one fails with the head zeroed.
+func TestDeployImageCompressed(t *testing.T) {
+	zstd, err := exec.LookPath("zstd")
+	if err != nil {
+		t.Skipf("zstd not installed (scripts/test-deps.sh installs it): %v", err)
+	}
+	raw := make([]byte, 6<<20+7)
+	for i := range raw {
+		raw[i] = byte(i / 4096)
+	}
+	cmd := exec.Command(zstd, "-c", "-q")
+	cmd.Stdin = bytes.NewReader(raw)
+	file, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"/boot/images/a.zst": file, "/boot/images/cut.zst": file[:len(file)/2]}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(b)
+	}))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	hexSum := func(b []byte) string { h := sha256.Sum256(b); return hex.EncodeToString(h[:]) }
+	for _, tc := range []struct {
+		name, path string
+		body       []byte
+		disks      []enlist.Disk
+		want       string
+	}{
+		// vda is larger than the file, smaller than the image: not chosen.
+		{"ok", "images/a.zst", file, []enlist.Disk{{Name: "vda", SizeBytes: 1 << 20}, {Name: "vdb", SizeBytes: 8 << 20}}, ""},
+		{"truncated", "images/cut.zst", file[:len(file)/2], []enlist.Disk{{Name: "vdb", SizeBytes: 8 << 20}}, "decompress the zstd image"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := fmt.Sprintf("rackd.machine=m-a rackd.token=t rackd.image=%s rackd.image_sha256=%s rackd.image_size=%d rackd.image_format=zstd rackd.image_raw_size=%d rackd.image_raw_sha256=%s",
+				tc.path, hexSum(tc.body), len(tc.body), len(raw), hexSum(raw))
+			p, err := parsePhaseArgs(enlist.ModeDeploy, cl, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			diskPath := filepath.Join(t.TempDir(), "vdb")
+			if err := os.WriteFile(diskPath, bytes.Repeat([]byte{0xEE}, 8<<20), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sys := system{openDisk: func(name string) (disk, error) {
+				if name != "vdb" {
+					return nil, fmt.Errorf("wrong disk %s", name)
+				}
+				return os.OpenFile(diskPath, os.O_WRONLY, 0)
+			}}
+			var said []string
+			res, name, err := deployImage(t.Context(), sys, p, base, enlist.Inventory{Disks: tc.disks},
+				func(f string, a ...any) { said = append(said, fmt.Sprintf(f, a...)) })
+			got, _ := os.ReadFile(diskPath)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !bytes.Equal(got[:deploy.HeadSize], make([]byte, deploy.HeadSize)) {
+					t.Fatalf("err %v, want %q (and a zeroed head)", err, tc.want)
+				}
+				return
+			}
+			if err != nil || name != "vdb" || res.Bytes != int64(len(raw)) || !bytes.Equal(got[:len(raw)], raw) {
+				t.Fatalf("%+v %s %v\n%s", res, name, err, strings.Join(said, "\n"))
+			}
+			if !strings.Contains(strings.Join(said, "\n"), "downloaded "+fmt.Sprint(len(file))+" bytes of zstd") {
+				t.Errorf("console:\n%s", strings.Join(said, "\n"))
+			}
+		})
 	}
 }
