@@ -22,6 +22,8 @@ depmod kmod
 ipmi_sim openipmi
 ipmitool ipmitool
 ssh-keygen openssh-client
+xz xz-utils
+zstd zstd
 LIST
 # file -> the Debian package that has it (firmware the VM tests boot)
 while read -r file pkg; do
