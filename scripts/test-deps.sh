@@ -24,6 +24,11 @@ ipmitool ipmitool
 ssh-keygen openssh-client
 xz xz-utils
 zstd zstd
+cloud-init cloud-init
+cloud-localds cloud-image-utils
+fsck.fat dosfstools
+mcopy mtools
+blkid util-linux
 LIST
 # file -> the Debian package that has it (firmware the VM tests boot)
 while read -r file pkg; do

@@ -1,0 +1,37 @@
+# Reads a NoCloud seed directory (CLOUD_DIR/seed/nocloud) with cloud-init's
+# own NoCloud datasource and prints what it found as JSON.
+# Usage: python3 nocloud_datasource.py CLOUD_DIR
+import json
+import sys
+
+from cloudinit import distros, helpers
+from cloudinit.sources import DataSourceNoCloud
+
+cloud_dir = sys.argv[1]
+paths = helpers.Paths({"cloud_dir": cloud_dir, "run_dir": cloud_dir + "/run"})
+distro = distros.fetch("debian")("debian", {}, paths)
+# No fs_label: look only at the seed directory, never at the host's disks.
+ds = DataSourceNoCloud.DataSourceNoCloud(
+    {"datasource": {"NoCloud": {"fs_label": None}}}, distro, paths
+)
+if not ds.get_data():
+    sys.exit("the NoCloud datasource found no seed in " + cloud_dir)
+
+
+def text(b):
+    return b.decode() if isinstance(b, bytes) else b
+
+
+host = ds.get_hostname(fqdn=True)
+print(
+    json.dumps(
+        {
+            "instance_id": ds.get_instance_id(),
+            "hostname": getattr(host, "hostname", host),
+            "public_keys": ds.get_public_ssh_keys(),
+            "userdata_raw": text(ds.get_userdata_raw()),
+            "vendordata_raw": text(ds.get_vendordata_raw()),
+            "network_config": ds.network_config,
+        }
+    )
+)
