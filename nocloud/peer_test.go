@@ -214,6 +214,17 @@ func eniStanzas(eni, name string) string {
 	return b.String()
 }
 
+// hasFields reports whether a line of text has want's fields, however spaced.
+func hasFields(text, want string) bool {
+	w := strings.Join(strings.Fields(want), " ")
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Join(strings.Fields(l), " ") == w {
+			return true
+		}
+	}
+	return false
+}
+
 func hasLine(text, want string) bool {
 	for _, l := range strings.Split(text, "\n") {
 		if strings.TrimSpace(l) == want {
@@ -339,7 +350,9 @@ func cloudInitPython(t *testing.T) string {
 // TestPeerNoCloudDatasource: cloud-init's NoCloud datasource, given the
 // files copied out of our image (mtools: the kernel's vfat is not there to
 // mount it), reads the instance-id, the host name, the SSH keys, the
-// user-data, the vendor-data and the network config rackd meant.
+// user-data, the vendor-data and the network config rackd meant; and its
+// update_etc_hosts module, run with that vendor-data, maps the FQDN in a
+// copy of Debian's /etc/hosts.
 func TestPeerNoCloudDatasource(t *testing.T) {
 	py := cloudInitPython(t)
 	need(t, "mcopy")
@@ -360,8 +373,14 @@ func TestPeerNoCloudDatasource(t *testing.T) {
 			for name := range seedFiles(s) {
 				run(t, "mcopy", "-n", "-i", path, "::"+name, filepath.Join(seedDir, name))
 			}
-			out := run(t, py, filepath.Join("testdata", "nocloud_datasource.py"), filepath.Join(dir, "cloud"))
+			// Debian's /etc/hosts as the image ships it, plus an operator's line.
+			hosts := filepath.Join(dir, "hosts")
+			write(t, hosts, []byte(debianHosts))
+			out := run(t, py, filepath.Join("testdata", "nocloud_datasource.py"), filepath.Join(dir, "cloud"), hosts)
 			var got struct {
+				Short         string         `json:"short_hostname"`
+				FQDN          string         `json:"fqdn"`
+				Hosts         string         `json:"hosts"`
 				InstanceID    string         `json:"instance_id"`
 				Hostname      string         `json:"hostname"`
 				PublicKeys    []string       `json:"public_keys"`
@@ -381,6 +400,20 @@ func TestPeerNoCloudDatasource(t *testing.T) {
 			if got.UserData != string(s.UserData) || got.VendorData != string(s.VendorData) {
 				t.Errorf("cloud-init reads user-data %q, vendor-data %q", got.UserData, got.VendorData)
 			}
+			// manage_etc_hosts: localhost maps the FQDN (what `hostname -f`
+			// answers) and keeps the rest of the file.
+			short, _, _ := strings.Cut(tc.id.Hostname, ".")
+			if got.Short != short || got.FQDN != tc.id.Hostname {
+				t.Errorf("cloud-init derives host name %q, FQDN %q", got.Short, got.FQDN)
+			}
+			if !hasFields(got.Hosts, "127.0.1.1 "+tc.id.Hostname+" "+short) {
+				t.Errorf("update_etc_hosts does not map the FQDN:\n%s", got.Hosts)
+			}
+			for _, l := range strings.Split(strings.TrimSpace(debianHosts), "\n") {
+				if !hasFields(got.Hosts, l) {
+					t.Errorf("update_etc_hosts lost %q:\n%s", l, got.Hosts)
+				}
+			}
 			var want map[string]any
 			if s.NetworkConfig != nil {
 				if err := yaml.Unmarshal(s.NetworkConfig, &want); err != nil {
@@ -393,6 +426,13 @@ func TestPeerNoCloudDatasource(t *testing.T) {
 		})
 	}
 }
+
+const debianHosts = `127.0.0.1	localhost
+::1		localhost ip6-localhost ip6-loopback
+ff02::1		ip6-allnodes
+ff02::2		ip6-allrouters
+10.9.9.9	backup.example
+`
 
 // jsonEqual compares two decoded documents after a JSON round trip, which
 // makes their number and map types the same.
