@@ -1,0 +1,82 @@
+// Command kernelinit is the init of the test VM that mounts a seed image
+// with the Linux kernel's own vfat driver: it loads the modules under
+// /modules in the order /modules/order lists them, mounts /dev/vda read-only
+// and prints one line per file ("FILE <name> <size> <sha256>"), then "DONE",
+// and powers the VM off. Any failure prints "FAIL <why>".
+package main
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Printf("FAIL %v\n", err)
+	}
+	unix.Sync()
+	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+func run() error {
+	for _, d := range []string{"/dev", "/proc", "/sys", "/mnt"} {
+		os.MkdirAll(d, 0o755)
+	}
+	if err := unix.Mount("devtmpfs", "/dev", "devtmpfs", 0, ""); err != nil {
+		return fmt.Errorf("mount /dev: %w", err)
+	}
+	if err := unix.Mount("proc", "/proc", "proc", 0, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	order, err := os.Open("/modules/order")
+	if err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(order)
+	for sc.Scan() {
+		name := strings.TrimSpace(sc.Text())
+		f, err := os.Open(filepath.Join("/modules", name))
+		if err != nil {
+			return err
+		}
+		err = unix.FinitModule(int(f.Fd()), "", 0)
+		f.Close()
+		if err != nil && err != unix.EEXIST {
+			return fmt.Errorf("load %s: %w", name, err)
+		}
+	}
+	// The disk appears once virtio_blk has probed it: wait for it, bounded.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat("/dev/vda"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no /dev/vda after 60 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := unix.Mount("/dev/vda", "/mnt", "vfat", unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("mount -t vfat /dev/vda: %w", err)
+	}
+	ents, err := os.ReadDir("/mnt")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/mnt", e.Name()))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("FILE %s %d %x\n", e.Name(), len(b), sha256.Sum256(b))
+	}
+	fmt.Println("DONE")
+	return nil
+}
