@@ -25,8 +25,12 @@
 // credentials.
 //
 // What rackd adds to the user's configuration is in vendor-data, never in
-// user-data: cloud-init merges the two with user-data winning key by key,
-// so a user's own phone_home, reporting or manage_etc_hosts replaces
-// rackd's (and a user who disables vendor-data with vendor_data: {enabled:
-// false} also disables rackd's report, so the deployment then times out).
+// user-data: cloud-init merges user-data over vendor-data, so where both set
+// a key the user's value wins and the sub-keys the user leaves out come
+// from rackd's. A user's own manage_etc_hosts replaces rackd's; a
+// reporting handler under another name runs beside rackd's webhook; but a
+// user's phone_home url replaces rackd's report URL, and vendor_data:
+// {enabled: false} drops rackd's vendor-data altogether: rackd then never
+// hears that the OS came up (its webhook still reports the stages in the
+// first case), and the deployment times out.
 package nocloud

@@ -453,9 +453,10 @@ func jsonEqual(t *testing.T, a, b any) bool {
 }
 
 // TestPeerMergeUserDataWins: what the package documentation promises about
-// the user's cloud-config, checked with cloud-init's own config merger: a
-// key the user sets replaces rackd's; rackd's keys the user leaves alone
-// stay.
+// the user's cloud-config, checked with cloud-init's own config merger:
+// where both set a key the user's value wins, sub-keys the user leaves out
+// come from rackd's, and a reporting handler of the user's own name sits
+// beside rackd's.
 func TestPeerMergeUserDataWins(t *testing.T) {
 	py := cloudInitPython(t)
 	s := render(t, cases[0].id)
@@ -466,7 +467,7 @@ func TestPeerMergeUserDataWins(t *testing.T) {
 	}
 	// Where cloud-init's handlers leave the user's and the vendor's
 	// cloud-config of the instance.
-	write(t, filepath.Join(inst, "cloud-config.txt"), []byte("#cloud-config\nphone_home: {url: \"http://user.example/ph\", post: all}\n"))
+	write(t, filepath.Join(inst, "cloud-config.txt"), []byte("#cloud-config\nphone_home: {url: \"http://user.example/ph\", post: all}\nreporting: {mine: {type: log}}\n"))
 	write(t, filepath.Join(inst, "vendor-cloud-config.txt"), s.VendorData)
 	out := run(t, py, filepath.Join("testdata", "merge_config.py"), filepath.Join(dir, "cloud"))
 	var cfg struct {
@@ -480,10 +481,10 @@ func TestPeerMergeUserDataWins(t *testing.T) {
 	if err := json.Unmarshal(out, &cfg); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if cfg.PhoneHome.URL != "http://user.example/ph" || cfg.PhoneHome.Post != "all" {
-		t.Errorf("the user's phone_home lost: %+v", cfg.PhoneHome)
+	if cfg.PhoneHome.URL != "http://user.example/ph" || cfg.PhoneHome.Post != "all" || cfg.PhoneHome.Tries != 10 {
+		t.Errorf("phone_home merged into %+v, want the user's url and post with rackd's tries", cfg.PhoneHome)
 	}
-	if cfg.Reporting["rackd"]["endpoint"] != cases[0].id.EventsURL {
-		t.Errorf("rackd's reporting lost: %v", cfg.Reporting)
+	if cfg.Reporting["rackd"]["endpoint"] != cases[0].id.EventsURL || cfg.Reporting["mine"]["type"] != "log" {
+		t.Errorf("reporting merged into %v, want rackd's webhook and the user's log", cfg.Reporting)
 	}
 }
