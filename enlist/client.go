@@ -131,6 +131,40 @@ func (c *Client) Enlist(ctx context.Context, inv Inventory) (res Enlisted, known
 	return res, known, err
 }
 
+// MaxSeed bounds the seed the client accepts: a FAT image of a few MiB
+// holds the largest user-data rackd takes (1 MiB) many times over.
+const MaxSeed = 16 << 20
+
+// ErrNoSeed is rackd's answer that the deployment has no seed (404): the
+// image is deployed without one.
+var ErrNoSeed = errors.New("rackd has no seed for this deployment")
+
+// Seed fetches the deployment's NoCloud seed (GET /metadata/v1/seed with
+// the phase credential as a Bearer token): the CIDATA file system image
+// to write to the disk, at most MaxSeed bytes. A 404 is ErrNoSeed.
+func (c *Client) Seed(ctx context.Context, token string) ([]byte, error) {
+	var seed []byte
+	err := c.retry(ctx, "seed", func(ctx context.Context) error {
+		status, body, err := c.doLimit(ctx, http.MethodGet, PathSeed, token, nil, MaxSeed+1)
+		if err != nil {
+			return err
+		}
+		switch {
+		case status == http.StatusNotFound:
+			return ErrNoSeed
+		case status != http.StatusOK:
+			return refusal(status, body)
+		case len(body) == 0:
+			return &PermanentError{Status: status, Msg: "the seed is empty"}
+		case len(body) > MaxSeed:
+			return &PermanentError{Status: status, Msg: fmt.Sprintf("the seed is larger than %d bytes", MaxSeed)}
+		}
+		seed = body
+		return nil
+	})
+	return seed, err
+}
+
 // refusal classifies a non-success answer: 429 and 5xx are worth another
 // try, other statuses are permanent.
 func refusal(status int, body []byte) error {
@@ -152,6 +186,11 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) (int,
 
 // doAuth is do with a Bearer token (none when empty).
 func (c *Client) doAuth(ctx context.Context, method, path, token string, body []byte) (int, []byte, error) {
+	return c.doLimit(ctx, method, path, token, body, 1<<20)
+}
+
+// doLimit is doAuth reading at most limit bytes of the answer.
+func (c *Client) doLimit(ctx context.Context, method, path, token string, body []byte, limit int64) (int, []byte, error) {
 	if c.Base == nil {
 		return 0, nil, &PermanentError{Msg: "no rackd URL"}
 	}
@@ -185,7 +224,7 @@ func (c *Client) doAuth(ctx context.Context, method, path, token string, body []
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
 		return 0, nil, fmt.Errorf("read answer: %w", err)
 	}
@@ -217,7 +256,7 @@ func (c *Client) retry(ctx context.Context, what string, fn func(context.Context
 	for n := 1; ; n++ {
 		err := fn(ctx)
 		var perm *PermanentError
-		if err == nil || errors.As(err, &perm) {
+		if err == nil || errors.As(err, &perm) || errors.Is(err, ErrNoSeed) {
 			return err
 		}
 		if ctx.Err() != nil {

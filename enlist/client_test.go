@@ -213,3 +213,44 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+func TestSeed(t *testing.T) {
+	seed := strings.Repeat("FAT", 1<<20) // larger than the 1 MiB other answers get
+	var n atomic.Int32
+	c, _ := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != PathSeed || r.Method != http.MethodGet {
+			t.Errorf("request %s %s", r.Method, r.URL)
+		}
+		switch r.Header.Get("Authorization") {
+		case "Bearer ok":
+			if n.Add(1) == 1 {
+				http.Error(w, "busy", http.StatusServiceUnavailable)
+				return
+			}
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Write([]byte(seed))
+		case "Bearer none":
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error":"no seed","code":"not_found"}`))
+		case "Bearer empty":
+		case "Bearer huge":
+			w.Write(make([]byte, MaxSeed+1))
+		default:
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error":"rejected credential","code":"unauthorized"}`))
+		}
+	})
+	got, err := c.Seed(t.Context(), "ok")
+	if err != nil || string(got) != seed || n.Load() != 2 {
+		t.Fatalf("%d bytes, %v after %d requests", len(got), err, n.Load())
+	}
+	if _, err := c.Seed(t.Context(), "none"); !errors.Is(err, ErrNoSeed) {
+		t.Fatalf("404: %v", err)
+	}
+	var perm *PermanentError
+	for tok, want := range map[string]string{"forged": "rejected credential", "empty": "empty", "huge": "larger than"} {
+		if _, err := c.Seed(t.Context(), tok); !errors.As(err, &perm) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", tok, err, want)
+		}
+	}
+}

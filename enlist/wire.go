@@ -29,6 +29,9 @@ func (a Action) Valid() bool {
 const (
 	PathWhoAmI = "/metadata/v1/whoami"
 	PathEnlist = "/metadata/v1/enlist"
+	// PathSeed answers a deploying machine's phase credential with its
+	// NoCloud seed: a FAT file system image labelled CIDATA.
+	PathSeed = "/metadata/v1/seed"
 )
 
 // CodeAlreadyKnown is the error code of an enlistment refused because a MAC

@@ -15,6 +15,12 @@
 // to boot there, and the machine is not mistaken for deployed. Nothing is
 // held in memory but a few chunks and the head: images larger than the
 // machine's RAM stream.
+//
+// With a seed (Options.Seed; see seed.go) the order is: the head zeroed;
+// the image's body; the seed partition's content and the moved backup GPT;
+// sync; the head, with the partition table that names the seed partition;
+// sync. Where the seed would go is planned from the head before the body
+// is written, so an image that cannot take it fails at once.
 package deploy
 
 import (
@@ -72,6 +78,12 @@ type Options struct {
 	// Progress, when set, is told the bytes written so far after each
 	// chunk.
 	Progress func(int64)
+	// Seed, when set, is the NoCloud seed (a CIDATA file system image)
+	// to put in a partition of its own at the end of the disk, added to
+	// the image's partition table (see SeedPlacement); DiskSize is then
+	// the disk's size in bytes.
+	Seed     []byte
+	DiskSize int64
 }
 
 // Result says what Write wrote.
@@ -88,6 +100,8 @@ type Result struct {
 	// served file, hashing (all digests), decompressing and writing the
 	// disk. They overlap: the largest says what bounds the rate.
 	Read, Hash, Decompress, Write time.Duration
+	// Seed is where the seed went, when there was one.
+	Seed *SeedPlacement
 }
 
 // ChecksumError is an image whose content is not the one announced.
@@ -168,18 +182,46 @@ func Write(ctx context.Context, r io.Reader, d Disk, img Image, opt Options) (Re
 		return Result{}, checkErr
 	}
 	img.Format, _ = ParseFormat(string(img.Format))
+	if opt.Seed != nil && opt.DiskSize < img.rawSize() {
+		return Result{}, fmt.Errorf("a seed needs the disk's size (got %d bytes for a %d-byte image)", opt.DiskSize, img.rawSize())
+	}
+	// The seed's place is planned from the head, before the body is
+	// written: an image that cannot take it fails early.
+	var plan *seedPlan
+	prepare := func(head []byte) error {
+		if opt.Seed == nil {
+			return nil
+		}
+		var err error
+		plan, err = planSeed(head, img.rawSize(), opt.DiskSize, opt.Seed)
+		if err != nil {
+			return fmt.Errorf("add the %s seed partition: %w", SeedPartitionName, err)
+		}
+		return nil
+	}
 	var res Result
 	var head []byte
 	var err error
 	if img.Format == FormatRaw {
-		head, err = writeRaw(ctx, r, d, img, opt, &res)
+		head, err = writeRaw(ctx, r, d, img, opt, prepare, &res)
 	} else {
-		head, err = writeCompressed(ctx, r, d, img, opt, &res)
+		head, err = writeCompressed(ctx, r, d, img, opt, prepare, &res)
 	}
 	if err != nil {
 		return res, err
 	}
 	t := time.Now()
+	if plan != nil {
+		// The seed and the moved backup GPT, then the head with the
+		// primary GPT that points at them.
+		for _, p := range plan.patches {
+			if _, err := d.WriteAt(p.b, p.off); err != nil {
+				return res, fmt.Errorf("write the seed partition: %w", &writeError{off: p.off, err: err})
+			}
+		}
+		head = plan.head
+		res.Seed = &plan.placement
+	}
 	if err := d.Sync(); err != nil {
 		return res, fmt.Errorf("sync the disk: %w", err)
 	}
@@ -195,7 +237,7 @@ func Write(ctx context.Context, r io.Reader, d Disk, img Image, opt Options) (Re
 
 // writeRaw writes a raw image: one stream, one digest. It returns the
 // held-back head.
-func writeRaw(ctx context.Context, r io.Reader, d Disk, img Image, opt Options, res *Result) ([]byte, error) {
+func writeRaw(ctx context.Context, r io.Reader, d Disk, img Image, opt Options, prepare func([]byte) error, res *Result) ([]byte, error) {
 	size := img.Size
 	h := sha256.New()
 	head := make([]byte, min(HeadSize, size))
@@ -204,6 +246,9 @@ func writeRaw(ctx context.Context, r io.Reader, d Disk, img Image, opt Options, 
 		return nil, fmt.Errorf("read the image: %w after 0 of %d bytes", noEOF(err), size)
 	}
 	res.Read += time.Since(t)
+	if err := prepare(head); err != nil {
+		return nil, err
+	}
 	h.Write(head)
 	var written atomic.Int64
 	written.Store(int64(len(head)))
@@ -235,7 +280,7 @@ var errAborted = errors.New("aborted")
 // served file, hashing it, into a pipe; the decoder reads the pipe; the
 // decompressed stream is written as a raw image is (its own digest only
 // when one is announced). It returns the held-back head.
-func writeCompressed(ctx context.Context, r io.Reader, d Disk, img Image, opt Options, res *Result) ([]byte, error) {
+func writeCompressed(ctx context.Context, r io.Reader, d Disk, img Image, opt Options, prepare func([]byte) error, res *Result) ([]byte, error) {
 	size := img.rawSize()
 	ch := sha256.New()
 	pr, pw := io.Pipe()
@@ -291,6 +336,9 @@ func writeCompressed(ctx context.Context, r io.Reader, d Disk, img Image, opt Op
 		return nil, finish(decompressErr(img.Format, err, 0, size))
 	}
 	res.Decompress += time.Since(t)
+	if err := prepare(head); err != nil {
+		return nil, finish(err)
+	}
 	if rh != nil {
 		rh.Write(head)
 	}

@@ -93,7 +93,7 @@ func runPhase(ctx context.Context, sys system, p phaseArgs, base *url.URL, clien
 		rep.Inventory = &inv
 	case enlist.ModeDeploy:
 		path = enlist.PathDeployed
-		res, name, werr := deployImage(ctx, sys, p, base, inv, say)
+		res, name, werr := deployImage(ctx, sys, p, base, client, inv, say)
 		if werr != nil {
 			rep.Error = werr.Error()
 		} else {
@@ -143,14 +143,25 @@ func runPhase(ctx context.Context, sys system, p phaseArgs, base *url.URL, clien
 // stallTimeout ends an image download that makes no progress.
 const stallTimeout = 60 * time.Second
 
-// deployImage streams the image from rackd to the chosen disk.
-func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, inv enlist.Inventory,
+// deployImage fetches the deployment's seed and streams the image from
+// rackd to the chosen disk, the seed in a partition at its end.
+func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, client *enlist.Client, inv enlist.Inventory,
 	say func(string, ...any)) (deploy.Result, string, error) {
 	rawSize := p.img.RawSize
 	if rawSize == 0 {
 		rawSize = p.img.Size
 	}
-	target, err := deploy.ChooseDisk(inv.Disks, p.diskRule, rawSize)
+	seed, err := client.Seed(ctx, p.token)
+	switch {
+	case errors.Is(err, enlist.ErrNoSeed):
+		say("rackd has no seed for this deployment: deploying the image without one")
+		seed = nil
+	case err != nil:
+		return deploy.Result{}, "", fmt.Errorf("fetch the seed: %w", err)
+	default:
+		say("seed: %d bytes", len(seed))
+	}
+	target, err := deploy.ChooseDisk(inv.Disks, p.diskRule, deploy.DiskNeeded(rawSize, len(seed)))
 	if err != nil {
 		return deploy.Result{}, "", err
 	}
@@ -196,7 +207,7 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, in
 	})}
 	defer body.t.Stop()
 	start, lastSaid := time.Now(), time.Now()
-	res, err := deploy.Write(ctx, body, d, p.img, deploy.Options{Progress: func(n int64) {
+	res, err := deploy.Write(ctx, body, d, p.img, deploy.Options{Seed: seed, DiskSize: target.SizeBytes, Progress: func(n int64) {
 		if time.Since(lastSaid) >= 5*time.Second {
 			lastSaid = time.Now()
 			say("written %d of %d bytes", n, rawSize)
@@ -210,6 +221,9 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, in
 	}
 	secs := time.Since(start).Seconds()
 	say("wrote %d bytes to %s in %.2fs (%.1f MB/s), sha256 verified, synced", res.Bytes, target.Name, secs, float64(res.Bytes)/1e6/max(secs, 1e-3))
+	if s := res.Seed; s != nil {
+		say("seed written to %s partition %d (%s), bytes %d to %d of the disk", deploy.SeedPartitionName, s.Partition, s.Table, s.Start, s.Start+s.Size)
+	}
 	if p.img.Format != deploy.FormatRaw {
 		say("downloaded %d bytes of %s (%.1f MB/s)", res.Downloaded, p.img.Format, float64(res.Downloaded)/1e6/max(secs, 1e-3))
 	}

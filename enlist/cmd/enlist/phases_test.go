@@ -69,7 +69,10 @@ func newPhaseLab(t *testing.T, tweak ...func(*agent.Config)) *phaseLab {
 	for i := range l.raw {
 		l.raw[i] = byte(r.Uint32())
 	}
-	l.raw[510], l.raw[511] = 0x55, 0xAA // "bootable"
+	// "Bootable", with an empty partition table (where a deployment's
+	// seed gets a partition).
+	clear(l.raw[446:510])
+	l.raw[510], l.raw[511] = 0x55, 0xAA
 	sum := sha256.Sum256(l.raw)
 	l.rawSHA = hex.EncodeToString(sum[:])
 	l.importImage("raw", "deploy", map[string][]byte{"disk.img": l.raw}, "")
@@ -517,7 +520,8 @@ func TestPhaseArgsImage(t *testing.T) {
 }
 
 // A zstd image served over HTTP is decompressed onto the disk, chosen by
-// its decompressed size; a truncated one fails with the head zeroed.
+// its decompressed size and the seed's; the seed rackd serves lands at
+// the disk's end; a truncated image fails with the head zeroed.
 func TestDeployImageCompressed(t *testing.T) {
 	zstd, err := exec.LookPath("zstd")
 	if err != nil {
@@ -527,14 +531,22 @@ func TestDeployImageCompressed(t *testing.T) {
 	for i := range raw {
 		raw[i] = byte(i / 4096)
 	}
+	// A boot sector with an empty partition table: the seed gets slot 1.
+	clear(raw[:512])
+	raw[510], raw[511] = 0x55, 0xAA
 	cmd := exec.Command(zstd, "-c", "-q")
 	cmd.Stdin = bytes.NewReader(raw)
 	file, err := cmd.Output()
 	if err != nil {
 		t.Fatal(err)
 	}
+	seed := bytes.Repeat([]byte("seed"), 300000)
 	files := map[string][]byte{"/boot/images/a.zst": file, "/boot/images/cut.zst": file[:len(file)/2]}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == enlist.PathSeed && r.Header.Get("Authorization") == "Bearer seeded" {
+			w.Write(seed)
+			return
+		}
 		b, ok := files[r.URL.Path]
 		if !ok {
 			http.NotFound(w, r)
@@ -546,24 +558,33 @@ func TestDeployImageCompressed(t *testing.T) {
 	base, _ := url.Parse(srv.URL)
 	hexSum := func(b []byte) string { h := sha256.Sum256(b); return hex.EncodeToString(h[:]) }
 	for _, tc := range []struct {
-		name, path string
-		body       []byte
-		disks      []enlist.Disk
-		want       string
+		name, token, path string
+		body              []byte
+		disks             []enlist.Disk
+		want              string
 	}{
 		// vda is larger than the file, smaller than the image: not chosen.
-		{"ok", "images/a.zst", file, []enlist.Disk{{Name: "vda", SizeBytes: 1 << 20}, {Name: "vdb", SizeBytes: 8 << 20}}, ""},
-		{"truncated", "images/cut.zst", file[:len(file)/2], []enlist.Disk{{Name: "vdb", SizeBytes: 8 << 20}}, "decompress the zstd image"},
+		{"ok", "t", "images/a.zst", file, []enlist.Disk{{Name: "vda", SizeBytes: 1 << 20}, {Name: "vdb", SizeBytes: 8 << 20}}, ""},
+		// vda holds the image, not the image and the seed.
+		{"seeded", "seeded", "images/a.zst", file, []enlist.Disk{{Name: "vda", SizeBytes: 7 << 20}, {Name: "vdb", SizeBytes: 10 << 20}}, ""},
+		{"truncated", "t", "images/cut.zst", file[:len(file)/2], []enlist.Disk{{Name: "vdb", SizeBytes: 8 << 20}}, "decompress the zstd image"},
+		{"no room for the seed", "seeded", "images/a.zst", file, []enlist.Disk{{Name: "vdb", SizeBytes: 7 << 20}}, "no disk holds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl := fmt.Sprintf("rackd.machine=m-a rackd.token=t rackd.image=%s rackd.image_sha256=%s rackd.image_size=%d rackd.image_format=zstd rackd.image_raw_size=%d rackd.image_raw_sha256=%s",
-				tc.path, hexSum(tc.body), len(tc.body), len(raw), hexSum(raw))
+			cl := fmt.Sprintf("rackd.machine=m-a rackd.token=%s rackd.image=%s rackd.image_sha256=%s rackd.image_size=%d rackd.image_format=zstd rackd.image_raw_size=%d rackd.image_raw_sha256=%s",
+				tc.token, tc.path, hexSum(tc.body), len(tc.body), len(raw), hexSum(raw))
 			p, err := parsePhaseArgs(enlist.ModeDeploy, cl, "")
 			if err != nil {
 				t.Fatal(err)
 			}
 			diskPath := filepath.Join(t.TempDir(), "vdb")
-			if err := os.WriteFile(diskPath, bytes.Repeat([]byte{0xEE}, 8<<20), 0o644); err != nil {
+			var size int64
+			for _, d := range tc.disks {
+				if d.Name == "vdb" {
+					size = d.SizeBytes
+				}
+			}
+			if err := os.WriteFile(diskPath, bytes.Repeat([]byte{0xEE}, int(size)), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			sys := system{openDisk: func(name string) (disk, error) {
@@ -573,20 +594,35 @@ func TestDeployImageCompressed(t *testing.T) {
 				return os.OpenFile(diskPath, os.O_WRONLY, 0)
 			}}
 			var said []string
-			res, name, err := deployImage(t.Context(), sys, p, base, enlist.Inventory{Disks: tc.disks},
+			client := &enlist.Client{Base: base, Backoff: enlist.Backoff{Tries: 1}}
+			res, name, err := deployImage(t.Context(), sys, p, base, client, enlist.Inventory{Disks: tc.disks},
 				func(f string, a ...any) { said = append(said, fmt.Sprintf(f, a...)) })
 			got, _ := os.ReadFile(diskPath)
+			console := strings.Join(said, "\n")
 			if tc.want != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.want) || !bytes.Equal(got[:deploy.HeadSize], make([]byte, deploy.HeadSize)) {
-					t.Fatalf("err %v, want %q (and a zeroed head)", err, tc.want)
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !bytes.Equal(got[:deploy.HeadSize], bytes.Repeat(got[:1], deploy.HeadSize)) {
+					t.Fatalf("err %v, want %q (and a zeroed or untouched head)", err, tc.want)
 				}
 				return
 			}
-			if err != nil || name != "vdb" || res.Bytes != int64(len(raw)) || !bytes.Equal(got[:len(raw)], raw) {
-				t.Fatalf("%+v %s %v\n%s", res, name, err, strings.Join(said, "\n"))
+			if err != nil || name != "vdb" || res.Bytes != int64(len(raw)) || !bytes.Equal(got[512:len(raw)], raw[512:]) ||
+				!strings.Contains(console, "downloaded "+fmt.Sprint(len(file))+" bytes of zstd") {
+				t.Fatalf("%+v %s %v\n%s", res, name, err, console)
 			}
-			if !strings.Contains(strings.Join(said, "\n"), "downloaded "+fmt.Sprint(len(file))+" bytes of zstd") {
-				t.Errorf("console:\n%s", strings.Join(said, "\n"))
+			if tc.token != "seeded" {
+				if res.Seed != nil || !strings.Contains(console, "no seed for this deployment: deploying the image without one") ||
+					!bytes.Equal(got[:512], raw[:512]) {
+					t.Fatalf("%+v\n%s", res.Seed, console)
+				}
+				return
+			}
+			want := deploy.SeedPlacement{Table: "mbr", Partition: 1, Start: 8 << 20, Size: 2 << 20}
+			if res.Seed == nil || *res.Seed != want || !bytes.Equal(got[8<<20:8<<20+len(seed)], seed) ||
+				!strings.Contains(console, "seed written to CIDATA partition 1 (mbr), bytes 8388608 to 10485760") {
+				t.Fatalf("%+v\n%s", res.Seed, console)
+			}
+			if got[446+4] != 0x0c || !bytes.Equal(got[:446], raw[:446]) {
+				t.Fatalf("partition table % x", got[446:512])
 			}
 		})
 	}
