@@ -29,6 +29,10 @@ cloud-localds cloud-image-utils
 fsck.fat dosfstools
 mcopy mtools
 blkid util-linux
+mkfs.vfat dosfstools
+sfdisk fdisk
+sgdisk gdisk
+growpart cloud-guest-utils
 LIST
 # file -> the Debian package that has it (firmware the VM tests boot)
 while read -r file pkg; do
