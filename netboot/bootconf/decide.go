@@ -46,20 +46,46 @@ type Environment struct {
 	// Decision.Cmdline). Quoted values with spaces are not supported, and
 	// rackd.* and initrd= are refused: see the package documentation.
 	Args []string
-	// Disk, for a deploy environment, is the raw disk image it writes:
+	// Disk, for a deploy environment, is the disk image it writes:
 	// rendered as rackd.image=<path>, rackd.image_sha256=<hex> and
-	// rackd.image_size=<bytes>, after rackd's other arguments.
+	// rackd.image_size=<bytes> (of the file served), and for a compressed
+	// image rackd.image_format=<format>, rackd.image_raw_size=<bytes> and
+	// rackd.image_raw_sha256=<hex> (of the decompressed disk), after
+	// rackd's other arguments.
 	Disk *DiskImage
 }
 
-// DiskImage is a raw disk image in the boot tree.
+// DiskImage is a disk image in the boot tree: a raw disk image, or one
+// compressed with gzip, xz or zstd that the environment decompresses while
+// it writes.
 type DiskImage struct {
 	// Path is relative to the boot tree ("images/<sha256>"); the
 	// environment fetches <rackd.url>/boot/<Path>.
-	Path   string
+	Path string
+	// SHA256 and Size are of the file served.
 	SHA256 string
 	Size   int64
+	// Format is FormatRaw (or empty, the same) or the compression of the
+	// file: FormatGzip, FormatXZ or FormatZstd.
+	Format string
+	// RawSize and RawSHA256 are of the decompressed disk image: RawSize
+	// is required when the file is compressed (the environment picks a
+	// disk it fits on before it writes), RawSHA256 optional. Both are
+	// ignored for a raw image, whose raw bytes are the file's.
+	RawSize   int64
+	RawSHA256 string
 }
+
+// The formats of a DiskImage, spelled as rackd.image_format= spells them.
+const (
+	FormatRaw  = "raw"
+	FormatGzip = "gzip"
+	FormatXZ   = "xz"
+	FormatZstd = "zstd"
+)
+
+// Compressed reports whether the image's file is compressed.
+func (im DiskImage) Compressed() bool { return im.Format != "" && im.Format != FormatRaw }
 
 // Available reports whether the environment is imported and can boot.
 func (e Environment) Available() bool { return e.Kernel != "" }
@@ -223,6 +249,14 @@ func (d Decision) Cmdline(httpBase string) []string {
 	if im := d.Env.Disk; im != nil && d.Mode == ModeDeploy {
 		args = append(args, "rackd.image="+im.Path, "rackd.image_sha256="+im.SHA256,
 			"rackd.image_size="+strconv.FormatInt(im.Size, 10))
+		// A raw image says nothing more: an environment that predates
+		// compressed images keeps working with it.
+		if im.Compressed() {
+			args = append(args, "rackd.image_format="+im.Format, "rackd.image_raw_size="+strconv.FormatInt(im.RawSize, 10))
+			if im.RawSHA256 != "" {
+				args = append(args, "rackd.image_raw_sha256="+im.RawSHA256)
+			}
+		}
 	}
 	return append(args, d.Env.Args...)
 }

@@ -25,6 +25,11 @@ type ImageFile struct {
 	Path   string
 	SHA256 string
 	Size   int64
+	// Format, RawSize and RawSHA256 describe a disk image (RoleDisk): see
+	// DiskImage.
+	Format    string
+	RawSize   int64
+	RawSHA256 string
 }
 
 // The image purposes and file roles the rule reads, spelled as the images
@@ -50,12 +55,12 @@ const (
 //   - without a commission image, the enlist image serves: the enlistment
 //     initramfs is also the commissioning, deploy and erase environment
 //     (rackd.mode= tells it which);
-//   - a deploy image that is a raw disk image without a kernel of its own is
+//   - a deploy image that is a disk image (raw or compressed) without a kernel of its own is
 //     written by the commissioning environment in deploy mode: its deploy
 //     environment is the commissioning one with that disk.
 func EnvironmentsOf(ims []Image, arch string) Environments {
 	var env Environments
-	var disks []Image // deploy images that are raw disk images
+	var disks []Image // deploy images that are disk images
 	for _, im := range ims {
 		if im.Arch != arch {
 			continue
@@ -104,7 +109,8 @@ func imageEnvironment(im Image) Environment {
 		case RoleInitrd:
 			e.Initrds = append(e.Initrds, f.Path)
 		case RoleDisk:
-			e.Disk = &DiskImage{Path: f.Path, SHA256: f.SHA256, Size: f.Size}
+			e.Disk = &DiskImage{Path: f.Path, SHA256: f.SHA256, Size: f.Size,
+				Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256}
 		}
 	}
 	e.Args = strings.Fields(im.Cmdline)

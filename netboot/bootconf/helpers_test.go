@@ -2,6 +2,7 @@ package bootconf
 
 import (
 	"context"
+	"strings"
 	"sync"
 )
 
@@ -60,6 +61,7 @@ const (
 	macDeployed      = "52:54:00:00:00:03"
 	macNoImage       = "52:54:00:00:00:04" // DEPLOYING an image that is not imported
 	macRescue        = "52:54:00:00:00:05" // DEPLOYING an image whose cmdline passes arguments to init
+	macDisk          = "52:54:00:00:00:06" // DEPLOYING a zstd-compressed disk image
 	macUnknown       = "52:54:00:00:00:99"
 )
 
@@ -91,6 +93,15 @@ func testEnvironments(arch string) Environments {
 				Initrds: []string{dir + "debian-13-rescue-" + arch + "/initrd.img"},
 				Args:    []string{"console=ttyS0", "--", "systemd.unit=rescue.target"},
 			},
+			// A compressed disk image, written by the commissioning
+			// environment in deploy mode.
+			"debian-12-zst": {
+				Kernel:  dir + "commission-" + arch + "/vmlinuz",
+				Initrds: []string{dir + "commission-" + arch + "/initramfs.cpio.gz"},
+				Args:    []string{"console=ttyS0,115200n8"},
+				Disk: &DiskImage{Path: dir + strings.Repeat("ab", 32), SHA256: strings.Repeat("ab", 32), Size: 351272960,
+					Format: FormatZstd, RawSize: 2147483648, RawSHA256: strings.Repeat("cd", 32)},
+			},
 		},
 	}
 }
@@ -105,6 +116,7 @@ func newFixture(imported bool) *fakeSource {
 			macDeployed:      {ID: "m-0003", Hostname: "db1", State: "DEPLOYED", Arch: "amd64", Image: "ubuntu-24.04"},
 			macNoImage:       {ID: "m-0004", Hostname: "web2", State: "DEPLOYING", Arch: "arm64", Image: "debian-13"},
 			macRescue:        {ID: "m-0005", Hostname: "web3", State: "DEPLOYING", Arch: "amd64", Image: "debian-13-rescue", Token: "t0ken"},
+			macDisk:          {ID: "m-0006", Hostname: "web4", State: "DEPLOYING", Arch: "amd64", Image: "debian-12-zst", Token: "t0k3n"},
 		},
 		envs: map[string]Environments{},
 	}

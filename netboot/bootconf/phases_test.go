@@ -66,6 +66,9 @@ func TestDiskImageChecked(t *testing.T) {
 		"bad sha":  {Path: "images/x", SHA256: "AB" + sha[2:], Size: 1},
 		"short":    {Path: "images/x", SHA256: sha[:10], Size: 1},
 		"size":     {Path: "images/x", SHA256: sha, Size: 0},
+		"format":   {Path: "images/x", SHA256: sha, Size: 1, Format: "bzip2", RawSize: 2},
+		"raw size": {Path: "images/x", SHA256: sha, Size: 1, Format: FormatXZ},
+		"raw sha":  {Path: "images/x", SHA256: sha, Size: 1, Format: FormatGzip, RawSize: 2, RawSHA256: "x"},
 	} {
 		env := Environment{Kernel: "images/k", Disk: &im}
 		src := &fakeSource{machines: map[string]MachineInfo{"52:54:00:00:09:01": {ID: "m", State: "DEPLOYING", Image: "raw"}},
@@ -73,6 +76,32 @@ func TestDiskImageChecked(t *testing.T) {
 		_, err := Render(context.Background(), src, Request{Kind: IPXEMAC, MAC: "52:54:00:00:09:01"}, Bases{HTTP: "http://10.0.0.1:5240"})
 		if !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// A compressed disk image adds its format and raw size (and raw sha256
+// when known) after the served file's arguments; a raw one adds nothing, so
+// an environment that predates compressed images reads it as before.
+func TestDiskImageArgs(t *testing.T) {
+	sha, raw := strings.Repeat("ab", 32), strings.Repeat("cd", 32)
+	base := "rackd.image=images/" + sha + " rackd.image_sha256=" + sha + " rackd.image_size=100"
+	for name, tc := range map[string]struct {
+		im   DiskImage
+		want string
+	}{
+		"raw":           {DiskImage{Format: FormatRaw, RawSize: 100, RawSHA256: sha}, base},
+		"old record":    {DiskImage{}, base},
+		"zstd":          {DiskImage{Format: FormatZstd, RawSize: 1 << 30, RawSHA256: raw}, base + " rackd.image_format=zstd rackd.image_raw_size=1073741824 rackd.image_raw_sha256=" + raw},
+		"xz no raw sha": {DiskImage{Format: FormatXZ, RawSize: 4096}, base + " rackd.image_format=xz rackd.image_raw_size=4096"},
+		"gzip":          {DiskImage{Format: FormatGzip, RawSize: 7, RawSHA256: raw}, base + " rackd.image_format=gzip rackd.image_raw_size=7 rackd.image_raw_sha256=" + raw},
+	} {
+		im := tc.im
+		im.Path, im.SHA256, im.Size = "images/"+sha, sha, 100
+		d := Decision{Mode: ModeDeploy, Env: Environment{Kernel: "images/k", Disk: &im, Args: []string{"quiet"}}}
+		got := strings.Join(d.Cmdline("http://h"), " ")
+		if want := "rackd.url=http://h rackd.mode=deploy " + tc.want + " quiet"; got != want {
+			t.Errorf("%s:\n got %s\nwant %s", name, got, want)
 		}
 	}
 }

@@ -61,6 +61,7 @@ func TestGolden(t *testing.T) {
 			"missing-commission": {empty, path(macCommissioning)},
 			"missing-deploy":     {imported, path(macNoImage)},
 			"deploy-cmdline":     {imported, path(macRescue)},
+			"deploy-disk":        {imported, path(macDisk)},
 		} {
 			cases[kind+"-"+scenario] = g
 		}

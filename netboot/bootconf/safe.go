@@ -237,11 +237,23 @@ func prepare(d Decision, b base) (plan, error) {
 		if err := checkFile("disk image", im.Path); err != nil {
 			return plan{}, err
 		}
-		if len(im.SHA256) != 64 || strings.Trim(im.SHA256, "0123456789abcdef") != "" {
+		if !isHex64(im.SHA256) {
 			return plan{}, fmt.Errorf("%w: disk image sha256 %q: want 64 lower-case hex digits", ErrInvalid, im.SHA256)
 		}
 		if im.Size <= 0 {
 			return plan{}, fmt.Errorf("%w: disk image size %d: want a positive size", ErrInvalid, im.Size)
+		}
+		switch im.Format {
+		case "", FormatRaw:
+		case FormatGzip, FormatXZ, FormatZstd:
+			if im.RawSize <= 0 {
+				return plan{}, fmt.Errorf("%w: %s disk image raw size %d: want a positive size", ErrInvalid, im.Format, im.RawSize)
+			}
+			if im.RawSHA256 != "" && !isHex64(im.RawSHA256) {
+				return plan{}, fmt.Errorf("%w: disk image raw sha256 %q: want 64 lower-case hex digits", ErrInvalid, im.RawSHA256)
+			}
+		default:
+			return plan{}, fmt.Errorf("%w: disk image format %q: want raw, gzip, xz or zstd", ErrInvalid, im.Format)
 		}
 	}
 	p.kernel, p.initrds, p.args = d.Env.Kernel, d.Env.Initrds, d.Cmdline(b.url)
@@ -250,6 +262,11 @@ func prepare(d Decision, b base) (plan, error) {
 		return plan{}, fmt.Errorf("%w: kernel command line of %d bytes, at most %d", ErrInvalid, total, maxCmdline)
 	}
 	return p, nil
+}
+
+// isHex64 reports whether s is a SHA-256 in lower-case hex.
+func isHex64(s string) bool {
+	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
 }
 
 // reservedArgs are the argument prefixes an environment's own arguments may
