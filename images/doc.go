@@ -8,9 +8,10 @@
 // removed when the store is opened; a directory must therefore be opened by
 // one Store (one process) at a time.
 //
-// Import reads an image from a Source, a directory (OpenDir) or an HTTP(S)
-// URL (OpenURL), streaming every file straight into the store with its size
-// and checksum verified while it is written, and undoes its own additions
+// Import reads an image from a Source, a directory (OpenDir), an HTTP(S)
+// URL (OpenURL) or a vendor's bare cloud image with its published digest
+// (OpenCloudImage), streaming every file straight into the store with its
+// size and checksum verified while it is written, and undoes its own additions
 // if any file fails: a wrong checksum, a truncated download, an HTTP error,
 // a stalled server or a cancelled context all leave the store as it was.
 // ImportDir is Import of a directory.
@@ -34,6 +35,9 @@
 //	  ]
 //	}
 //
+// Each file has its size and a "sha256" (64 lowercase hex digits) or a
+// "sha512" (128), or both: every digest given is checked.
+//
 // Unknown fields are refused, so a manifest written for a newer rackd fails
 // loudly rather than losing meaning; every field added later is optional,
 // so older manifests keep importing. Paths are clean, relative and
@@ -48,7 +52,7 @@
 // [A-Za-z0-9._~:/,=+@%-] separated by spaces; rackd.* and initrd= are
 // reserved (see CheckCmdline).
 //
-// A deploy image that carries a raw disk image (role disk, one file) is
+// A deploy image that carries a disk image (role disk, one file) is
 // written to the machine's disk by rackd's own deploy environment: the
 // commissioning image's kernel and initrd, booted with rackd.mode=deploy
 // and the disk image's path, sha256 and size on the command line. Such an
@@ -57,6 +61,36 @@
 //
 //	{"name": "bookworm-raw", "arch": "amd64", "purpose": "deploy",
 //	 "files": [{"path": "disk.img", "role": "disk", "sha256": "<64 hex>", "size": 2147483648}]}
+//
+// # Disk images: raw, compressed, qcow2
+//
+// A disk file is a raw disk image, or a raw disk image compressed with
+// gzip, xz or zstd, or a qcow2 image. Import tells them apart by their
+// first bytes (Sniff), never by the file name, and refuses the formats it
+// knows it cannot deploy (VMDK, VHD, VHDX, VDI, QED; bzip2, lz4) saying
+// what to do. Three optional fields of a disk file say what the manifest
+// expects; when given they must agree with what the import finds:
+//
+//	{"path": "disk.img.zst", "role": "disk", "sha256": "<of the file>", "size": 351272960,
+//	 "format": "zstd",                     raw, gzip, xz, zstd or qcow2
+//	 "raw_size": 2147483648,               bytes of the raw disk image inside
+//	 "raw_sha256": "<of the raw image>"}
+//
+// A compressed file is stored as it is, the blob that /boot/ serves: the
+// deploy environment decompresses while it writes. The import decompresses
+// it once, streaming, from the verified download in tmp/ before it becomes
+// a blob, to learn the raw size and SHA-256 the boot config passes on
+// (rackd.image_format, rackd.image_raw_size, rackd.image_raw_sha256), and
+// refuses a truncated or corrupt stream, a stream that holds a qcow2 or
+// another container rather than a raw image, one larger than MaxFileSize
+// raw, and a zstd window above MaxZstdWindow.
+//
+// A qcow2 file is converted with qemu-img (Debian's qemu-utils) and stored
+// as the zstd of its raw content, after qemu-img info has shown format
+// qcow2, no backing file, no external data file and a virtual size of at
+// most MaxFileSize (see convertQCOW2 for why zstd). Imported.Files records
+// each file as stored: the blob's digest and size, and for a disk its
+// format, raw size and raw SHA-256.
 //
 // An image of purpose bootloader carries the network bootloaders (role
 // bootloader) under the names the DHCP server hands out and the loaders

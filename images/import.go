@@ -2,8 +2,12 @@ package images
 
 import (
 	"context"
+	"crypto/sha512"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -33,6 +37,10 @@ type Progress struct {
 	Done, Total int64
 	// FilesDone of Files are stored.
 	FilesDone, Files int
+	// Step says what the import does with the file after its download,
+	// when it does something: checking a compressed disk image's content
+	// or converting a qcow2 one ("" while downloading).
+	Step string
 }
 
 // ImportError is returned when an import fails after adding blobs; Removed
@@ -90,6 +98,14 @@ type Imported struct {
 	Manifest *Manifest
 	// Blobs holds one blob per manifest file, in order.
 	Blobs []Blob
+	// Files are the manifest's files as stored, in order: each with its
+	// blob's digest and size and, for a disk file, the format, raw size
+	// and raw SHA-256 the import found (a qcow2 file's blob is its
+	// conversion: see convertQCOW2).
+	Files []File
+	// Converted names the disk files stored in another format than they
+	// were read in (qcow2 converted), by path, with that format.
+	Converted map[string]string
 
 	s      *Store
 	pinned []string
@@ -134,13 +150,18 @@ func Import(ctx context.Context, s *Store, src Source, opts ImportOptions) (*Imp
 
 	var pinned []string
 	created := map[string]bool{}
-	blobs := make([]Blob, 0, len(m.Files))
+	im := &Imported{Manifest: m, Blobs: make([]Blob, 0, len(m.Files)), Files: make([]File, 0, len(m.Files)), s: s}
 	for _, f := range m.Files {
-		pr.Path = f.Path
+		pr.Path, pr.Step = f.Path, ""
 		before := pr.Done
-		b, made, err := importFile(ctx, s, src, f, func(n int64) {
-			pr.Done = before + n
+		stored, from, b, made, err := importFile(ctx, s, src, f, func(step string) {
+			pr.Step = step
 			report()
+		}, func(n int64) {
+			if pr.Step == "" {
+				pr.Done = before + n
+				report()
+			}
 		})
 		if err != nil {
 			return nil, rollback(s, pinned, created, opts.InUse, &ImportError{Path: f.Path, Err: err})
@@ -149,21 +170,139 @@ func Import(ctx context.Context, s *Store, src Source, opts ImportOptions) (*Imp
 		if made {
 			created[b.SHA256] = true
 		}
-		blobs = append(blobs, b)
-		pr.Done = before + f.Size
+		im.Blobs = append(im.Blobs, b)
+		im.Files = append(im.Files, stored)
+		if from != "" {
+			if im.Converted == nil {
+				im.Converted = map[string]string{}
+			}
+			im.Converted[f.Path] = from
+		}
+		pr.Done, pr.Step = before+f.Size, ""
 		pr.FilesDone++
 		report()
 	}
-	return &Imported{Manifest: m, Blobs: blobs, s: s, pinned: pinned}, nil
+	im.pinned = pinned
+	return im, nil
 }
 
-func importFile(ctx context.Context, s *Store, src Source, f File, progress func(int64)) (Blob, bool, error) {
+// importFile streams f from src into s and returns it as stored. A disk
+// file is staged first and looked into before it becomes a blob: its
+// format found by its magic bytes (and checked against the manifest's),
+// a compressed one decompressed once to learn and check its raw size and
+// SHA-256, a qcow2 one converted (convertQCOW2). A file that fails any of
+// it never reaches sha256/. from is the format a converted file was read
+// in, else empty.
+func importFile(ctx context.Context, s *Store, src Source, f File, step func(string), progress func(int64)) (stored File, from string, b Blob, made bool, err error) {
 	rc, err := src.Open(ctx, f)
 	if err != nil {
-		return Blob{}, false, err
+		return File{}, "", Blob{}, false, err
 	}
 	defer rc.Close()
-	return s.add(ctx, rc, f.SHA256, f.Size, progress, true)
+	var r io.Reader = rc
+	if f.SHA512 != "" {
+		r = &sha512Reader{r: rc, h: sha512.New(), want: f.SHA512}
+	}
+	st, err := s.stage(ctx, r, f.SHA256, f.Size, progress)
+	if err != nil {
+		return File{}, "", Blob{}, false, err
+	}
+	defer st.discard()
+	rc.Close()
+	stored = f
+	if f.Role == RoleDisk {
+		d, conv, err := inspectDisk(ctx, s, st, f, step)
+		if err != nil {
+			return File{}, "", Blob{}, false, err
+		}
+		if conv != nil {
+			st.discard()
+			st = conv
+			defer conv.discard()
+			stored.SHA512 = "" // the vendor's digest is of the qcow2
+		}
+		stored.Format, stored.RawSize, stored.RawSHA256, from = d.Format, d.RawSize, d.RawSHA256, d.From
+	}
+	b, made, err = s.install(ctx, st, true)
+	if err != nil {
+		return File{}, "", Blob{}, false, err
+	}
+	stored.SHA256, stored.Size = b.SHA256, b.Size
+	return stored, from, b, made, nil
+}
+
+// inspectDisk finds what the staged disk file st is and checks it against
+// what the manifest's f says. For a qcow2 file it returns the staged
+// conversion too.
+func inspectDisk(ctx context.Context, s *Store, st *staged, f File, step func(string)) (Disk, *staged, error) {
+	head, err := readHead(st.name)
+	if err != nil {
+		return Disk{}, nil, err
+	}
+	format, err := Sniff(head)
+	if err != nil {
+		return Disk{}, nil, fmt.Errorf("not a disk image rackd can deploy: %w", err)
+	}
+	if f.Format != "" && f.Format != format {
+		return Disk{}, nil, fmt.Errorf("the manifest says format %s, the file is %s (by its first bytes)", f.Format, describeFormat(format))
+	}
+	var d Disk
+	var conv *staged
+	switch format {
+	case FormatRaw:
+		d = Disk{Format: FormatRaw, RawSize: st.blob.Size, RawSHA256: st.blob.SHA256}
+	case FormatQCOW2:
+		if conv, d, err = convertQCOW2(ctx, s, st.name, step, nil); err != nil {
+			return Disk{}, nil, err
+		}
+	default:
+		step("decompressing " + format + " to check the raw image")
+		n, sum, err := scanCompressed(ctx, st.name, format, nil)
+		if err != nil {
+			return Disk{}, nil, err
+		}
+		d = Disk{Format: format, RawSize: n, RawSHA256: sum}
+	}
+	fail := func(err error) (Disk, *staged, error) {
+		if conv != nil {
+			conv.discard()
+		}
+		return Disk{}, nil, err
+	}
+	if f.RawSize != 0 && f.RawSize != d.RawSize {
+		return fail(fmt.Errorf("raw size mismatch: the manifest says %d bytes, the raw disk image is %d", f.RawSize, d.RawSize))
+	}
+	if f.RawSHA256 != "" && f.RawSHA256 != d.RawSHA256 {
+		return fail(fmt.Errorf("raw sha256 mismatch: expected %s, got %s (of the %s file's raw disk image)", f.RawSHA256, d.RawSHA256, format))
+	}
+	return d, conv, nil
+}
+
+// describeFormat names a format in a message.
+func describeFormat(format string) string {
+	if format == FormatRaw {
+		return "raw (no known compression or image format)"
+	}
+	return format
+}
+
+// sha512Reader checks the SHA-512 of what it reads at EOF: a mismatch is
+// a read error, so the store never installs the content.
+type sha512Reader struct {
+	r    io.Reader
+	h    hash.Hash
+	want string
+}
+
+func (v *sha512Reader) Read(p []byte) (int, error) {
+	n, err := v.r.Read(p)
+	v.h.Write(p[:n])
+	if err == io.EOF {
+		if got := hex.EncodeToString(v.h.Sum(nil)); got != v.want {
+			return n, fmt.Errorf("sha512 mismatch: expected %s, got %s", v.want, got)
+		}
+	}
+	return n, err
 }
 
 func rollback(s *Store, pinned []string, created map[string]bool, inUse func(string) bool, ie *ImportError) error {

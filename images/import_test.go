@@ -15,6 +15,9 @@ type imgFile struct {
 	data       []byte
 	sha        string // override
 	size       int64  // override if >0
+	// The disk fields of the manifest entry (none when empty).
+	format, rawSHA string
+	rawSize        int64
 }
 
 func writeImage(t *testing.T, files []imgFile) string {
@@ -30,7 +33,8 @@ func writeImage(t *testing.T, files []imgFile) string {
 		if err := os.WriteFile(p, f.data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		mf := File{Path: f.path, Role: f.role, SHA256: sum(f.data), Size: int64(len(f.data))}
+		mf := File{Path: f.path, Role: f.role, SHA256: sum(f.data), Size: int64(len(f.data)),
+			Format: f.format, RawSize: f.rawSize, RawSHA256: f.rawSHA}
 		if f.sha != "" {
 			mf.SHA256 = f.sha
 		}

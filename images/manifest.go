@@ -60,10 +60,21 @@ func (m *Manifest) Args() []string { return strings.Fields(m.Cmdline) }
 
 // File is one artefact of an image, Path relative to the image directory.
 type File struct {
-	Path   string `json:"path"`
-	Role   string `json:"role"`
-	SHA256 string `json:"sha256"`
+	Path string `json:"path"`
+	Role string `json:"role"`
+	// SHA256 and Size are of the file as it is read. A file may give
+	// SHA512 instead of SHA256, or both: every digest given is checked.
+	SHA256 string `json:"sha256,omitempty"`
+	SHA512 string `json:"sha512,omitempty"`
 	Size   int64  `json:"size"`
+	// Format, RawSize and RawSHA256 belong to a disk file (optional):
+	// what the file is (FormatRaw, FormatGzip, FormatXZ, FormatZstd or
+	// FormatQCOW2), and the size and digest of the raw disk image it
+	// holds. The import learns all three from the content; whatever the
+	// manifest says must agree with it.
+	Format    string `json:"format,omitempty"`
+	RawSize   int64  `json:"raw_size,omitempty"`
+	RawSHA256 string `json:"raw_sha256,omitempty"`
 }
 
 // ParseManifest decodes and validates a manifest strictly: unknown
@@ -129,12 +140,43 @@ func (m *Manifest) Validate() error {
 		default:
 			return fmt.Errorf("images: manifest: files[%d]: role %q: want kernel, initrd, image, bootloader or disk", i, f.Role)
 		}
-		if !ValidHex(f.SHA256) {
+		switch {
+		case f.SHA256 == "" && f.SHA512 == "":
+			return fmt.Errorf("images: manifest: files[%d]: no sha256 (or sha512)", i)
+		case f.SHA256 != "" && !ValidHex(f.SHA256):
 			return fmt.Errorf("images: manifest: files[%d]: sha256 %q: want 64 lowercase hex characters", i, f.SHA256)
+		case f.SHA512 != "" && !validHexLen(f.SHA512, 128):
+			return fmt.Errorf("images: manifest: files[%d]: sha512 %q: want 128 lowercase hex characters", i, f.SHA512)
 		}
 		if f.Size < 0 || f.Size > MaxFileSize {
 			return fmt.Errorf("images: manifest: files[%d]: size %d: want 0 to %d bytes", i, f.Size, int64(MaxFileSize))
 		}
+		if err := f.checkDisk(); err != nil {
+			return fmt.Errorf("images: manifest: files[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkDisk checks the disk fields: only a disk file has them, and they
+// are well formed.
+func (f File) checkDisk() error {
+	if f.Role != RoleDisk {
+		if f.Format != "" || f.RawSize != 0 || f.RawSHA256 != "" {
+			return fmt.Errorf("format, raw_size and raw_sha256 belong to a disk file, not a %s", f.Role)
+		}
+		return nil
+	}
+	switch f.Format {
+	case "", FormatRaw, FormatGzip, FormatXZ, FormatZstd, FormatQCOW2:
+	default:
+		return fmt.Errorf("format %q: want raw, gzip, xz, zstd or qcow2", f.Format)
+	}
+	if f.RawSize < 0 || f.RawSize > MaxFileSize {
+		return fmt.Errorf("raw_size %d: want 1 to %d bytes", f.RawSize, int64(MaxFileSize))
+	}
+	if f.RawSHA256 != "" && !ValidHex(f.RawSHA256) {
+		return fmt.Errorf("raw_sha256 %q: want 64 lowercase hex characters", f.RawSHA256)
 	}
 	return nil
 }

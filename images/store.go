@@ -77,8 +77,11 @@ func Open(dir string) (*Store, error) {
 func (s *Store) Dir() string { return s.dir }
 
 // ValidHex reports whether h is 64 lowercase hexadecimal characters.
-func ValidHex(h string) bool {
-	if len(h) != 64 {
+func ValidHex(h string) bool { return validHexLen(h, 64) }
+
+// validHexLen reports whether h is n lowercase hexadecimal characters.
+func validHexLen(h string, n int) bool {
+	if len(h) != n {
 		return false
 	}
 	for i := 0; i < len(h); i++ {
@@ -112,15 +115,35 @@ func (s *Store) Add(ctx context.Context, r io.Reader, wantSHA256 string, wantSiz
 // if pin is set, pins the blob (under the same lock as the install) on
 // success; the caller must unpin it.
 func (s *Store) add(ctx context.Context, r io.Reader, wantSHA256 string, wantSize int64, progress func(int64), pin bool) (Blob, bool, error) {
+	st, err := s.stage(ctx, r, wantSHA256, wantSize, progress)
+	if err != nil {
+		return Blob{}, false, err
+	}
+	defer st.discard()
+	return s.install(ctx, st, pin)
+}
+
+// staged is content written to tmp/, verified and fsynced, that is not a
+// blob yet: install makes it one, discard removes it. Import stages a disk
+// image first so that it can look inside (decompress it, convert it)
+// before anything is in sha256/.
+type staged struct {
+	name string // the file in tmp/
+	blob Blob
+}
+
+// stage streams r into a new file in tmp/ and checks it as Add does. On
+// failure nothing is left behind.
+func (s *Store) stage(ctx context.Context, r io.Reader, wantSHA256 string, wantSize int64, progress func(int64)) (*staged, error) {
 	if wantSHA256 != "" && !ValidHex(wantSHA256) {
-		return Blob{}, false, fmt.Errorf("%w: %q", ErrBadHash, wantSHA256)
+		return nil, fmt.Errorf("%w: %q", ErrBadHash, wantSHA256)
 	}
 	if err := ctx.Err(); err != nil {
-		return Blob{}, false, err
+		return nil, err
 	}
 	f, err := os.CreateTemp(s.tmp, "add-*")
 	if err != nil {
-		return Blob{}, false, fmt.Errorf("images: add: %w", err)
+		return nil, fmt.Errorf("images: add: %w", err)
 	}
 	tmpName := f.Name()
 	done := false
@@ -137,15 +160,15 @@ func (s *Store) add(ctx context.Context, r io.Reader, wantSHA256 string, wantSiz
 	var n int64
 	for {
 		if err := ctx.Err(); err != nil {
-			return Blob{}, false, err
+			return nil, err
 		}
 		m, rerr := r.Read(buf)
 		if m > 0 {
 			if wantSize >= 0 && n+int64(m) > wantSize {
-				return Blob{}, false, fmt.Errorf("images: size mismatch: expected %d bytes, got more than that", wantSize)
+				return nil, fmt.Errorf("images: size mismatch: expected %d bytes, got more than that", wantSize)
 			}
 			if _, werr := w.Write(buf[:m]); werr != nil {
-				return Blob{}, false, fmt.Errorf("images: add: %w", werr)
+				return nil, fmt.Errorf("images: add: %w", werr)
 			}
 			n += int64(m)
 			if progress != nil {
@@ -156,52 +179,67 @@ func (s *Store) add(ctx context.Context, r io.Reader, wantSHA256 string, wantSiz
 			break
 		}
 		if rerr != nil {
-			return Blob{}, false, fmt.Errorf("images: add: read: %w", rerr)
+			return nil, fmt.Errorf("images: add: read: %w", rerr)
 		}
 	}
 	if wantSize >= 0 && n != wantSize {
-		return Blob{}, false, fmt.Errorf("images: size mismatch: expected %d bytes, got %d", wantSize, n)
+		return nil, fmt.Errorf("images: size mismatch: expected %d bytes, got %d", wantSize, n)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
 	if wantSHA256 != "" && got != wantSHA256 {
-		return Blob{}, false, fmt.Errorf("images: sha256 mismatch: expected %s, got %s", wantSHA256, got)
+		return nil, fmt.Errorf("images: sha256 mismatch: expected %s, got %s", wantSHA256, got)
 	}
 	if err := f.Sync(); err != nil {
-		return Blob{}, false, fmt.Errorf("images: add: fsync: %w", err)
+		return nil, fmt.Errorf("images: add: fsync: %w", err)
 	}
 	if err := f.Chmod(0o444); err != nil {
-		return Blob{}, false, fmt.Errorf("images: add: %w", err)
+		return nil, fmt.Errorf("images: add: %w", err)
 	}
 	if err := f.Close(); err != nil {
-		return Blob{}, false, fmt.Errorf("images: add: %w", err)
+		return nil, fmt.Errorf("images: add: %w", err)
 	}
+	done = true
+	return &staged{name: tmpName, blob: Blob{SHA256: got, Size: n}}, nil
+}
+
+// discard removes st's file if install has not taken it.
+func (st *staged) discard() {
+	if st.name != "" {
+		os.Remove(st.name)
+		st.name = ""
+	}
+}
+
+// install moves st into sha256/ (or, if the blob is there already, drops
+// st and returns the existing one), reporting whether it created the
+// blob, and pins it if pin is set.
+func (s *Store) install(ctx context.Context, st *staged, pin bool) (Blob, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return Blob{}, false, err
 	}
+	got := st.blob.SHA256
 	final := filepath.Join(s.blob, got)
-	blob := Blob{SHA256: got, Size: n}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if fi, err := os.Lstat(final); err == nil && fi.Mode().IsRegular() {
-		os.Remove(tmpName)
-		done = true
+		st.discard()
 		if pin {
 			s.pins[got]++
 		}
 		return Blob{SHA256: got, Size: fi.Size()}, false, nil
 	}
-	if err := os.Rename(tmpName, final); err != nil {
+	if err := os.Rename(st.name, final); err != nil {
 		return Blob{}, false, fmt.Errorf("images: add: install: %w", err)
 	}
-	done = true
+	st.name = ""
 	if pin {
 		s.pins[got]++
 	}
 	if err := atomicfile.SyncDir(s.blob); err != nil {
-		return blob, true, fmt.Errorf("images: add: %w", err)
+		return st.blob, true, fmt.Errorf("images: add: %w", err)
 	}
-	return blob, true, nil
+	return st.blob, true, nil
 }
 
 // Open opens blob h read-only. The caller closes the file. It is an

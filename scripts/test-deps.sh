@@ -33,6 +33,9 @@ mkfs.vfat dosfstools
 sfdisk fdisk
 sgdisk gdisk
 growpart cloud-guest-utils
+qemu-img qemu-utils
+gzip gzip
+sha256sum coreutils
 LIST
 # file -> the Debian package that has it (firmware the VM tests boot)
 while read -r file pkg; do

@@ -27,6 +27,13 @@ type ImageFile struct {
 	Role   string `json:"role"`
 	SHA256 string `json:"sha256"`
 	Size   int64  `json:"size"`
+	// Format, RawSize and RawSHA256 belong to a disk file: raw, gzip, xz
+	// or zstd, and the size and SHA-256 of the raw disk image (for a raw
+	// one its own). Records written before they existed have none, which
+	// reads as raw.
+	Format    string `json:"format,omitempty"`
+	RawSize   int64  `json:"raw_size,omitempty"`
+	RawSHA256 string `json:"raw_sha256,omitempty"`
 }
 
 // Image is one imported boot image, unique by name and architecture.
@@ -84,6 +91,21 @@ func validateImage(im Image) error {
 		}
 		if f.Size < 0 {
 			return errorf(CodeInvalid, "image file %q: negative size", f.Path)
+		}
+		switch f.Format {
+		case "", "raw":
+		case "gzip", "xz", "zstd":
+			if f.RawSize <= 0 {
+				return errorf(CodeInvalid, "image file %q: a %s disk image without its raw size", f.Path, f.Format)
+			}
+		default:
+			return errorf(CodeInvalid, "image file %q: format %q: want raw, gzip, xz or zstd", f.Path, f.Format)
+		}
+		if f.RawSize < 0 {
+			return errorf(CodeInvalid, "image file %q: negative raw size", f.Path)
+		}
+		if f.RawSHA256 != "" && !sha256RE.MatchString(f.RawSHA256) {
+			return errorf(CodeInvalid, "image file %q: invalid raw sha256 %q", f.Path, f.RawSHA256)
 		}
 	}
 	return nil
