@@ -57,7 +57,8 @@ func bootImages(ims []store.Image) []bootconf.Image {
 		bi := bootconf.Image{Name: im.Name, Arch: im.Arch, Purpose: im.Purpose, Cmdline: im.Cmdline,
 			Files: make([]bootconf.ImageFile, len(im.Files))}
 		for j, f := range im.Files {
-			bi.Files[j] = bootconf.ImageFile{Role: f.Role, Path: imagePrefix + f.SHA256, SHA256: f.SHA256, Size: f.Size}
+			bi.Files[j] = bootconf.ImageFile{Role: f.Role, Path: imagePrefix + f.SHA256, SHA256: f.SHA256, Size: f.Size,
+				Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256}
 		}
 		out[i] = bi
 	}

@@ -31,7 +31,8 @@ func imageView(im store.Image) api.Image {
 	out := api.Image{Name: im.Name, Arch: im.Arch, Purpose: im.Purpose, Cmdline: im.Cmdline, Created: im.Created,
 		Files: make([]api.ImageFile, len(im.Files))}
 	for i, f := range im.Files {
-		out.Files[i] = api.ImageFile{Path: f.Path, Role: f.Role, SHA256: f.SHA256, Size: f.Size}
+		out.Files[i] = api.ImageFile{Path: f.Path, Role: f.Role, SHA256: f.SHA256, Size: f.Size,
+			Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256}
 	}
 	return out
 }
@@ -66,10 +67,19 @@ func (a *Agent) importImage(w http.ResponseWriter, r *http.Request, who store.Ac
 	case req.Dir != "" && !filepath.IsAbs(req.Dir):
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("dir %q: want an absolute path on the rackd host", req.Dir))
 		return
+	case (req.Name != "" || req.Arch != "") && req.SHA256 == "" && req.Checksums == "":
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "name and arch belong to a cloud image URL, given with sha256 or checksums (a manifest names its image)")
+		return
+	case req.Dir != "" && (req.SHA256 != "" || req.Checksums != ""):
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "sha256 and checksums belong to a cloud image URL, not a directory (its manifest lists the digests)")
+		return
 	case req.Dir != "":
 		// Opened here, not in the job, so a missing directory is a
 		// plain 400 even in the background.
 		src, err = images.OpenDir(req.Dir)
+	case req.SHA256 != "" || req.Checksums != "":
+		src, err = images.OpenCloudImage(images.CloudImage{URL: req.URL, SHA256: req.SHA256, Checksums: req.Checksums,
+			Name: req.Name, Arch: req.Arch}, images.URLOptions{})
 	default:
 		src, err = images.OpenURL(req.URL, images.URLOptions{})
 	}
@@ -128,8 +138,9 @@ func (a *Agent) runImport(ctx context.Context, j *importJob, src images.Source, 
 	defer res.Release()
 	m := res.Manifest
 	im := store.Image{Name: m.Name, Arch: m.Arch, Purpose: m.Purpose, Cmdline: m.Cmdline}
-	for i, f := range m.Files {
-		im.Files = append(im.Files, store.ImageFile{Path: f.Path, Role: f.Role, SHA256: res.Blobs[i].SHA256, Size: res.Blobs[i].Size})
+	for _, f := range res.Files {
+		im.Files = append(im.Files, store.ImageFile{Path: f.Path, Role: f.Role, SHA256: f.SHA256, Size: f.Size,
+			Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256})
 	}
 	a.imagesMu.Lock()
 	defer a.imagesMu.Unlock()
@@ -147,6 +158,9 @@ func (a *Agent) runImport(ctx context.Context, j *importJob, src images.Source, 
 	}
 	a.refreshBootloaders()
 	a.log.Info("image imported", "image", saved.Name, "arch", saved.Arch, "purpose", saved.Purpose, "from", src.String(), "by", who.Name)
+	for p, from := range res.Converted {
+		a.log.Info("image file converted", "image", saved.Name, "arch", saved.Arch, "file", p, "from", from, "to", images.FormatZstd)
+	}
 	return imageView(saved), nil
 }
 
@@ -274,7 +288,7 @@ func newImportJobs() *importJobs {
 
 // importView is a job as the API shows it.
 func importView(st images.JobStatus[api.Image]) api.ImportJob {
-	v := api.ImportJob{ID: st.ID, Source: st.Source, State: string(st.State), File: st.Progress.Path,
+	v := api.ImportJob{ID: st.ID, Source: st.Source, State: string(st.State), File: st.Progress.Path, Step: st.Progress.Step,
 		BytesDone: st.Progress.Done, BytesTotal: st.Progress.Total, FilesDone: st.Progress.FilesDone, Files: st.Progress.Files,
 		By: st.By, Started: st.Started, Finished: st.Finished, Image: st.Result}
 	if st.Err != nil {

@@ -327,6 +327,12 @@ type ImageFile struct {
 	Role   string `json:"role"`
 	SHA256 string `json:"sha256"`
 	Size   int64  `json:"size"`
+	// Format is a disk file's: raw, gzip, xz or zstd (a qcow2 is stored
+	// converted, as zstd). RawSize and RawSHA256 are of the raw disk image
+	// it holds (for a raw one, its own size and digest).
+	Format    string `json:"format,omitempty"`
+	RawSize   int64  `json:"raw_size,omitempty"`
+	RawSHA256 string `json:"raw_sha256,omitempty"`
 }
 
 // Image is one imported boot image (GET /api/v1/images).
@@ -348,9 +354,20 @@ type Image struct {
 // With Background the answer is 202 and the import's job, to follow with
 // GET /api/v1/images/imports/{id}; without it, the request waits and
 // answers 201 with the image.
+//
+// A URL given with SHA256 or Checksums is not a manifest but a bare disk
+// image, as vendors publish their cloud images (raw, gzip, xz, zstd or
+// qcow2), and SHA256 its digest or Checksums the URL of a SHA256SUMS,
+// SHA512SUMS or BSD-style checksum list naming it: rackd makes a deploy
+// image of it, named Name (default: from the file name) for Arch (default
+// amd64), after checking the download against that digest.
 type ImportImage struct {
 	Dir        string `json:"dir,omitempty"`
 	URL        string `json:"url,omitempty"`
+	SHA256     string `json:"sha256,omitempty"`
+	Checksums  string `json:"checksums,omitempty"`
+	Name       string `json:"name,omitempty"`
+	Arch       string `json:"arch,omitempty"`
 	Background bool   `json:"background,omitempty"`
 }
 
@@ -373,6 +390,10 @@ type ImportJob struct {
 	State string `json:"state"`
 	// File is the manifest path of the file being copied.
 	File string `json:"file,omitempty"`
+	// Step says what the import does with File once it is downloaded,
+	// when it does something: decompressing a compressed disk image to
+	// check it, converting a qcow2 one.
+	Step string `json:"step,omitempty"`
 	// BytesDone of BytesTotal (the sum of the manifest's sizes; 0 until
 	// the manifest is read) are stored; FilesDone of Files likewise.
 	BytesDone  int64 `json:"bytes_done"`

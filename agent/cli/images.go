@@ -43,14 +43,31 @@ func imagesImportVerb() *verb {
 	return &verb{
 		name:     "import",
 		args:     []string{"DIR|URL"},
-		synopsis: "[--detach]",
-		summary:  "import an image directory on the rackd host, or from an http(s) URL (admin)",
+		synopsis: "[--sha256 HEX | --checksums URL] [--name N] [--arch A] [--detach]",
+		summary:  "import an image directory on the rackd host, or from an http(s) URL, or a cloud image (admin)",
 		help: `DIR holds rackd-image.json and the files it lists. The rackd server reads
 DIR, not this command: it must be a directory on the rackd host, readable by
 rackd (a relative DIR is made absolute here first).
 
 URL (http:// or https://) names a rackd-image.json, or a directory that holds
 one; rackd fetches it and each file it lists, relative to it.
+
+With --sha256 or --checksums, URL is a bare disk image instead, as vendors
+publish their cloud images: raw, compressed with gzip, xz or zstd, or qcow2.
+--sha256 gives its digest; --checksums the URL of the checksum list the
+vendor publishes beside it (SHA256SUMS, SHA512SUMS, or a BSD-style
+"SHA256 (name) = hex" list), which rackd fetches and finds the image's file
+name in. The download is checked against that digest before anything is
+registered. The image is a deploy image with that one disk file, which the
+commissioning environment writes; it is named --name (default: the file
+name without its .img/.raw/.qcow2/.gz/.xz/.zst extensions) for --arch
+(default amd64).
+
+A compressed disk image is kept compressed (the deploy environment
+decompresses it while it writes); rackd decompresses it once at import to
+learn and check its raw size and digest. A qcow2 is converted with qemu-img
+(Debian's qemu-utils, on the rackd host) and stored as zstd; one with a
+backing file is refused.
 
 Every file's size and sha256 are checked while it is written; on any
 mismatch, HTTP error, truncated download or cancel nothing is imported and
@@ -63,10 +80,23 @@ prints the image when it is done. Ctrl-C cancels the import. With
 'rackd images imports ID').`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			detach := fs.Bool("detach", false, "start the import and print its job without waiting")
+			sha := fs.String("sha256", "", "the cloud image's SHA-256, as its vendor publishes it")
+			sums := fs.String("checksums", "", "the `URL` of the vendor's SHA256SUMS or SHA512SUMS that names the cloud image")
+			name := fs.String("name", "", "the cloud image's name (default: from its file name)")
+			arch := fs.String("arch", "", "the cloud image's architecture (default amd64)")
 			return func(e *env, args []string) error {
-				req := api.ImportImage{}
+				req := api.ImportImage{SHA256: *sha, Checksums: *sums, Name: *name, Arch: *arch}
+				cloud := *sha != "" || *sums != ""
+				switch {
+				case *sha != "" && *sums != "":
+					return usagef("--sha256 and --checksums: give one")
+				case !cloud && (*name != "" || *arch != ""):
+					return usagef("--name and --arch name a cloud image: give --sha256 or --checksums with its URL")
+				}
 				if strings.HasPrefix(args[0], "http://") || strings.HasPrefix(args[0], "https://") {
 					req.URL = args[0]
+				} else if cloud {
+					return usagef("%q: a cloud image is imported from an http:// or https:// URL", args[0])
 				} else if strings.Contains(args[0], "://") {
 					return usagef("%q: want a directory or an http:// or https:// URL", args[0])
 				} else {
@@ -193,13 +223,26 @@ func imagesRmVerb() *verb {
 
 func printImages(w io.Writer, ims []api.Image) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NAME\tARCH\tPURPOSE\tFILES\tSIZE\tCREATED\tCMDLINE")
+	fmt.Fprintln(tw, "NAME\tARCH\tPURPOSE\tFILES\tSIZE\tDISK\tCREATED\tCMDLINE")
 	for _, im := range ims {
 		var size int64
+		disk := ""
 		for _, f := range im.Files {
 			size += f.Size
+			if f.Role == "disk" {
+				disk = diskCell(f)
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", cell(im.Name), cell(im.Arch), cell(im.Purpose), len(im.Files), size, when(im.Created), cell(im.Cmdline))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cell(im.Name), cell(im.Arch), cell(im.Purpose), len(im.Files), size, cell(disk), when(im.Created), cell(im.Cmdline))
 	}
 	return tw.Flush()
+}
+
+// diskCell says what a disk file is: "raw", or its compression and the
+// raw size ("zstd:2147483648").
+func diskCell(f api.ImageFile) string {
+	if f.Format == "" || f.Format == "raw" {
+		return "raw"
+	}
+	return fmt.Sprintf("%s:%d", f.Format, f.RawSize)
 }

@@ -11,11 +11,14 @@ const (
 	imageSHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 	image1   = `{"name":"enlist","arch":"amd64","purpose":"enlist","files":[{"path":"vmlinuz","role":"kernel","sha256":"` + imageSHA + `","size":1000},{"path":"initrd.img","role":"initrd","sha256":"` + imageSHA + `","size":24}],"created":"2025-01-01T00:00:00Z","future":1}`
 	image2   = `{"name":"ubuntu-24.04","arch":"arm64","purpose":"deploy","cmdline":"console=ttyS0 --","files":[{"path":"root.tgz","role":"image","sha256":"` + imageSHA + `","size":5}]}`
+
+	image3 = `{"name":"noble","arch":"amd64","purpose":"deploy","files":[{"path":"noble.img.zst","role":"disk","sha256":"` + imageSHA + `","size":300,"format":"zstd","raw_size":2147483648,"raw_sha256":"` + imageSHA + `"}]}`
 )
 
-const imagesTable = `NAME          ARCH   PURPOSE  FILES  SIZE  CREATED               CMDLINE
-enlist        amd64  enlist   2      1024  2025-01-01T00:00:00Z  -
-ubuntu-24.04  arm64  deploy   1      5     -                     console=ttyS0 --
+const imagesTable = `NAME          ARCH   PURPOSE  FILES  SIZE  DISK             CREATED               CMDLINE
+enlist        amd64  enlist   2      1024  -                2025-01-01T00:00:00Z  -
+ubuntu-24.04  arm64  deploy   1      5     -                -                     console=ttyS0 --
+noble         amd64  deploy   1      300   zstd:2147483648  -                     -
 `
 
 // Import jobs as the API answers them: started, and done with image1.
@@ -34,7 +37,7 @@ func TestImagesVerbs(t *testing.T) {
 	runVerbCases(t, map[string]verbCase{
 		"images list": {
 			args:   []string{"images", "list"},
-			routes: map[string]answer{"GET /api/v1/images": {200, "[" + image1 + "," + image2 + "]"}},
+			routes: map[string]answer{"GET /api/v1/images": {200, "[" + image1 + "," + image2 + "," + image3 + "]"}},
 			want:   []seen{{Method: "GET", Path: "/api/v1/images"}},
 			stdout: imagesTable,
 		},
@@ -81,6 +84,22 @@ func TestImagesVerbs(t *testing.T) {
 			args:        []string{"images", "import", "https://images.example/noble/"},
 			routes:      map[string]answer{"POST /api/v1/images/import": {202, jobDone}},
 			want:        []seen{{Method: "POST", Path: "/api/v1/images/import", Body: `{"url":"https://images.example/noble/","background":true}`}},
+			errContains: []string{"import i-1: done"},
+		},
+		"images import a cloud image by sha256": {
+			args:   []string{"images", "import", "https://cloud.example/noble.img", "--sha256", imageSHA, "--name", "noble", "--arch", "arm64"},
+			routes: map[string]answer{"POST /api/v1/images/import": {202, jobDone}},
+			want: []seen{{Method: "POST", Path: "/api/v1/images/import",
+				Body: `{"url":"https://cloud.example/noble.img","sha256":"` + imageSHA + `","name":"noble","arch":"arm64","background":true}`}},
+			contains:    []string{"enlist"},
+			errContains: []string{"import i-1: done"},
+		},
+		"images import a cloud image by checksums": {
+			args:   []string{"images", "import", "--checksums", "https://cloud.example/SHA512SUMS", "https://cloud.example/debian.qcow2"},
+			routes: map[string]answer{"POST /api/v1/images/import": {202, jobDone}},
+			want: []seen{{Method: "POST", Path: "/api/v1/images/import",
+				Body: `{"url":"https://cloud.example/debian.qcow2","checksums":"https://cloud.example/SHA512SUMS","background":true}`}},
+			contains:    []string{"enlist"},
 			errContains: []string{"import i-1: done"},
 		},
 		"images import URL fails": {
@@ -142,10 +161,13 @@ func TestImagesUsage(t *testing.T) {
 	runUsageCases(t, map[string]usageCase{
 		"help lists the verbs": {args: []string{"help"}, stdout: []string{"images list", "images import DIR|URL", "images imports [ID]", "images rm NAME ARCH"}},
 		"import -h says the server reads DIR": {args: []string{"images", "import", "-h"},
-			stdout: []string{"Usage: rackd images import DIR|URL [--detach]", "on the rackd host", "progress bar"}},
-		"import without DIR":       {args: []string{"images", "import"}, code: 2, errContains: []string{"rackd images import: missing DIR|URL\n"}},
-		"import of another scheme": {args: []string{"images", "import", "ftp://h/x"}, code: 2, errContains: []string{"want a directory or an http:// or https:// URL"}},
-		"rm without ARCH":          {args: []string{"images", "rm", "enlist"}, code: 2, errContains: []string{"rackd images rm: missing ARCH\n"}},
+			stdout: []string{"Usage: rackd images import DIR|URL [--sha256 HEX | --checksums URL] [--name N] [--arch A] [--detach]", "on the rackd host", "progress bar", "SHA512SUMS", "qemu-img"}},
+		"import with both digests":    {args: []string{"images", "import", "--sha256", "x", "--checksums", "http://h/S", "http://h/x.img"}, code: 2, errContains: []string{"--sha256 and --checksums: give one"}},
+		"import of a cloud image dir": {args: []string{"images", "import", "--sha256", "x", "/srv/x"}, code: 2, errContains: []string{"a cloud image is imported from an http:// or https:// URL"}},
+		"import with a name only":     {args: []string{"images", "import", "--name", "x", "http://h/x.img"}, code: 2, errContains: []string{"--name and --arch name a cloud image"}},
+		"import without DIR":          {args: []string{"images", "import"}, code: 2, errContains: []string{"rackd images import: missing DIR|URL\n"}},
+		"import of another scheme":    {args: []string{"images", "import", "ftp://h/x"}, code: 2, errContains: []string{"want a directory or an http:// or https:// URL"}},
+		"rm without ARCH":             {args: []string{"images", "rm", "enlist"}, code: 2, errContains: []string{"rackd images rm: missing ARCH\n"}},
 	})
 }
 

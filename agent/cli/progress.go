@@ -104,6 +104,9 @@ func barLine(j api.ImportJob, rate float64, width int) string {
 	s := fmt.Sprintf("[%s] %3.0f%%  %s/%s  %s/s", bar, frac*100, bytesIEC(j.BytesDone), bytesIEC(j.BytesTotal), bytesIEC(int64(rate)))
 	if j.State == api.ImportRunning && j.File != "" {
 		s += "  " + j.File
+		if j.Step != "" {
+			s += ": " + j.Step
+		}
 	} else if j.State != api.ImportRunning {
 		s += "  " + j.State
 	}
@@ -119,6 +122,9 @@ func plainLine(j api.ImportJob, rate float64) string {
 	}
 	if j.State == api.ImportRunning && j.File != "" {
 		s += " (" + j.File + ")"
+		if j.Step != "" {
+			s += ": " + j.Step
+		}
 	}
 	return s
 }

@@ -160,3 +160,19 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// What the server does with a file after its download (decompressing a
+// disk image to check it, converting a qcow2) shows after the file's name.
+func TestProgressStep(t *testing.T) {
+	j := api.ImportJob{ID: "i-2", State: api.ImportRunning, BytesDone: 10, BytesTotal: 10, Files: 1, File: "disk.qcow2", Step: "converting qcow2 to raw"}
+	if got := plainLine(j, 0); !strings.HasSuffix(got, "(disk.qcow2): converting qcow2 to raw") {
+		t.Errorf("plain line %q", got)
+	}
+	if got := barLine(j, 0, 10); !strings.HasSuffix(got, "  disk.qcow2: converting qcow2 to raw") {
+		t.Errorf("bar %q", got)
+	}
+	j.Step = ""
+	if got := plainLine(j, 0); !strings.HasSuffix(got, "(disk.qcow2)") {
+		t.Errorf("plain line without a step %q", got)
+	}
+}
