@@ -46,9 +46,10 @@ type Seed struct {
 	MetaData, UserData, VendorData, NetworkConfig []byte
 }
 
-// emptyUserData is the user-data of a deployment without any: a valid, empty
-// cloud-config (an empty file would make cloud-init log that it found no
-// user-data at all).
+// emptyUserData is the user-data of a deployment without any: the smallest
+// cloud-config that cloud-init's schema check accepts (a lone
+// "#cloud-config" line is refused as "not a YAML dict", and cloud-init logs
+// that as a schema warning at boot).
 const emptyUserData = "#cloud-config\n{}\n"
 
 // Render validates id and renders its seed. The error names the first field
@@ -111,7 +112,7 @@ func metaData(instanceID, hostname string, keys []string) []byte {
 func vendorData(phoneHome, events string) []byte {
 	var w yamlWriter
 	w.line(0, "#cloud-config")
-	w.line(0, "# rackd's vendor-data: a key in your user-data replaces the same key here.")
+	w.line(0, "# rackd's vendor-data. cloud-init merges user-data over it: your value of a key wins.")
 	w.line(0, "manage_etc_hosts: localhost")
 	w.line(0, "phone_home:")
 	w.line(1, "url: %s", quote(phoneHome))
