@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +20,9 @@ import (
 
 // TestPeerLinuxVFAT: Debian 12's own kernel (the one `make initramfs`
 // unpacks into build/initramfs/kernel, the same 6.1 a deployed Debian 12
-// boots), in a QEMU VM, mounts the image with its vfat driver and reads
-// every file under its long name with the bytes we wrote. The host kernel
+// boots), in a QEMU VM, mounts two seed images (1 MiB, and the 2 MiB of
+// the largest user-data) with its vfat driver and reads every file under
+// its long name with the bytes we wrote. The host kernel
 // here has no vfat, so this is the only test that mounts the image.
 func TestPeerLinuxVFAT(t *testing.T) {
 	if testing.Short() {
@@ -62,26 +64,42 @@ func TestPeerLinuxVFAT(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A seed with every file and a user-data of several clusters' worth of
-	// lines, so a chain of clusters is followed too.
-	id := cases[1].id
-	id.UserData = []byte("#cloud-config\nwrite_files:\n" + strings.Repeat("  - {path: /var/tmp/x, content: \"0123456789abcdef\"}\n", 2000))
-	s := render(t, id)
-	img, err := s.Image()
-	if err != nil {
-		t.Fatal(err)
+	// Two seeds: every file and a user-data of many clusters (1 MiB
+	// image, 512-byte clusters), and the largest user-data allowed (2 MiB
+	// image, 1 KiB clusters).
+	seeds := map[string]Seed{}
+	var drives []string
+	for disk, ud := range map[string][]byte{
+		"vda": []byte("#cloud-config\nwrite_files:\n" + strings.Repeat("  - {path: /var/tmp/x, content: \"0123456789abcdef\"}\n", 2000)),
+		"vdb": bytes.Repeat([]byte("#"), MaxUserData),
+	} {
+		id := cases[1].id
+		id.UserData = ud
+		s := render(t, id)
+		img, err := s.Image()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds[disk] = s
+		path := filepath.Join(dir, disk+".img")
+		write(t, path, img)
+		drives = append(drives, disk)
 	}
-	disk := filepath.Join(dir, "seed.img")
-	write(t, disk, img)
+	slices.Sort(drives)
+	var qemuDisks []string
+	for _, d := range drives {
+		qemuDisks = append(qemuDisks, "-drive", "file="+filepath.Join(dir, d+".img")+",format=raw,if=virtio,readonly=on")
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	qemu := exec.CommandContext(ctx, "qemu-system-x86_64",
+	qemu := exec.CommandContext(ctx, "qemu-system-x86_64", append([]string{
 		"-accel", "tcg", "-m", "512", "-smp", "1",
 		"-nodefaults", "-no-reboot", "-display", "none", "-serial", "stdio",
 		"-kernel", vmlinuz, "-initrd", initrd,
-		"-append", "console=ttyS0 panic=-1 loglevel=5", // warnings and worse reach the console
-		"-drive", "file="+disk+",format=raw,if=virtio,readonly=on")
+		// loglevel=5: warnings and worse reach the console.
+		"-append", "console=ttyS0 panic=-1 loglevel=5 kernelinit.disks=" + strings.Join(drives, ","),
+	}, qemuDisks...)...)
 	out, err := qemu.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("the VM did not power off within 5 minutes:\n%s", out)
@@ -96,8 +114,8 @@ func TestPeerLinuxVFAT(t *testing.T) {
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		switch f := strings.Fields(line); {
-		case len(f) == 4 && f[0] == "FILE":
-			got[f[1]] = f[2] + " " + f[3]
+		case len(f) == 5 && f[0] == "FILE":
+			got[f[1]+" "+f[2]] = f[3] + " " + f[4]
 		case line == "DONE":
 			done = true
 		case strings.HasPrefix(line, "FAIL "):
@@ -111,8 +129,10 @@ func TestPeerLinuxVFAT(t *testing.T) {
 	}
 	t.Logf("Linux's vfat reads %v", got)
 	want := map[string]string{}
-	for name, b := range seedFiles(s) {
-		want[name] = fmt.Sprintf("%d %x", len(b), sha256.Sum256(b))
+	for disk, s := range seeds {
+		for name, b := range seedFiles(s) {
+			want[disk+" "+name] = fmt.Sprintf("%d %x", len(b), sha256.Sum256(b))
+		}
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Linux's vfat reads\n%v\nwant\n%v", got, want)

@@ -1,8 +1,9 @@
 // Command kernelinit is the init of the test VM that mounts a seed image
 // with the Linux kernel's own vfat driver: it loads the modules under
-// /modules in the order /modules/order lists them, mounts /dev/vda read-only
-// and prints one line per file ("FILE <name> <size> <sha256>"), then "DONE",
-// and powers the VM off. Any failure prints "FAIL <why>".
+// /modules in the order /modules/order lists them, mounts each disk that
+// kernelinit.disks= names (vda,vdb) read-only and prints one line per file
+// ("FILE <disk> <name> <size> <sha256>"), then "DONE", and powers the VM
+// off. Any failure prints "FAIL <why>".
 package main
 
 import (
@@ -52,31 +53,56 @@ func run() error {
 			return fmt.Errorf("load %s: %w", name, err)
 		}
 	}
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return err
+	}
+	var disks []string
+	for _, arg := range strings.Fields(string(cmdline)) {
+		if v, ok := strings.CutPrefix(arg, "kernelinit.disks="); ok {
+			disks = strings.Split(v, ",")
+		}
+	}
+	for _, disk := range disks {
+		if err := list(disk); err != nil {
+			return fmt.Errorf("%s: %w", disk, err)
+		}
+	}
+	fmt.Println("DONE")
+	return nil
+}
+
+// list mounts /dev/DISK read-only and prints its files.
+func list(disk string) error {
+	dev := "/dev/" + disk
 	// The disk appears once virtio_blk has probed it: wait for it, bounded.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, err := os.Stat("/dev/vda"); err == nil {
+		if _, err := os.Stat(dev); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no /dev/vda after 60 s")
+			return fmt.Errorf("no %s after 60 s", dev)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := unix.Mount("/dev/vda", "/mnt", "vfat", unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("mount -t vfat /dev/vda: %w", err)
+	mnt := "/mnt/" + disk
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		return err
 	}
-	ents, err := os.ReadDir("/mnt")
+	if err := unix.Mount(dev, mnt, "vfat", unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("mount -t vfat %s: %w", dev, err)
+	}
+	ents, err := os.ReadDir(mnt)
 	if err != nil {
 		return err
 	}
 	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/mnt", e.Name()))
+		b, err := os.ReadFile(filepath.Join(mnt, e.Name()))
 		if err != nil {
 			return err
 		}
-		fmt.Printf("FILE %s %d %x\n", e.Name(), len(b), sha256.Sum256(b))
+		fmt.Printf("FILE %s %s %d %x\n", disk, e.Name(), len(b), sha256.Sum256(b))
 	}
-	fmt.Println("DONE")
 	return nil
 }
