@@ -58,7 +58,7 @@ func actionFor(m store.MACOwner, known bool) enlist.WhoAmI {
 	if !known {
 		return enlist.WhoAmI{Action: enlist.ActionEnlist}
 	}
-	d := bootconf.Decide(bootconf.MachineInfo{ID: m.ID, State: string(m.State), Erase: m.Erase}, true, bootconf.Environments{})
+	d := bootconf.Decide(bootconf.MachineInfo{ID: m.ID, State: string(m.State), Erase: m.Erase, DiskWritten: m.DiskWritten}, true, bootconf.Environments{})
 	// Mode, not Boots(): a missing image makes the per-MAC config boot the
 	// local disk with a message, which a reboot reaches; powering off would
 	// strand a machine that rackd is waiting for. The mode depends on the
@@ -190,7 +190,7 @@ func (a *Agent) enlistMachine(w http.ResponseWriter, r *http.Request, _ store.Ac
 		return
 	}
 	m := res.Machine
-	ans := actionFor(store.MACOwner{ID: m.ID, State: m.State, Erase: m.Erase}, true)
+	ans := actionFor(store.MACOwner{ID: m.ID, State: m.State, Erase: m.Erase, DiskWritten: !m.DiskWritten.IsZero()}, true)
 	if !res.Created {
 		outcome = "already_known"
 		a.log.Info("enlistment of a known machine", "machine", m.ID, "hostname", m.Hostname, "by", res.By,

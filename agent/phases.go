@@ -76,7 +76,8 @@ func newPhaseMetrics(reg prometheus.Registerer) *phaseMetrics {
 		}, []string{"phase", "reason"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "metadata", Name: "reports_total",
-			Help: "Phase reports of the environments, by phase and outcome: done, failed, replayed, unauthorized, bad_request, error.",
+			Help: "Phase reports of the environments, by phase and outcome: done, image_written (the deployed OS reports next), " +
+				"failed, replayed, unauthorized, bad_request, error.",
 		}, []string{"phase", "outcome"}),
 	}
 	for _, p := range []string{store.PhaseCommission, store.PhaseDeploy, store.PhaseErase} {
@@ -182,6 +183,7 @@ func reportRequest(rep enlist.Report, phase, token string) (store.PhaseReport, e
 			req.Inventory = ci
 		}
 	case store.PhaseDeploy:
+		req.Bytes = rep.Bytes
 		if rep.Disk != "" {
 			req.Detail = fmt.Sprintf("%d bytes to %s, sha256 %s", rep.Bytes, rep.Disk, rep.SHA256)
 		}
@@ -213,11 +215,14 @@ func (a *Agent) reportRefused(w http.ResponseWriter, r *http.Request, phase, mac
 	return "error"
 }
 
-// reportOutcome names what an applied report did: replayed (the same
-// report again, nothing changed), failed (as reported, or refused by the
-// store: an inventory that contradicts the rack) or done.
+// reportOutcome names what an applied report did: image_written (a
+// deployment whose OS reports itself next), replayed (the same report
+// again, nothing changed), failed (as reported, or refused by the store: an
+// inventory that contradicts the rack) or done.
 func reportOutcome(res store.ReportResult, reportedError string) string {
 	switch {
+	case res.DiskWritten:
+		return "image_written"
 	case res.Action == "":
 		return "replayed"
 	case reportedError != "" || res.Action == store.ActionCommissioningFailed || res.Action == store.ActionDeploymentFailed:
@@ -245,13 +250,14 @@ func (a *Agent) reportApplied(phase, outcome string, res store.ReportResult, rep
 	}
 }
 
-// reportAnswer tells the environment what to do next: a deployed machine
-// reboots into its new system (rackd now answers "boot from local disk");
-// every other end powers off, which the power policy also does through the
-// BMC.
+// reportAnswer tells the environment what to do next: a machine whose image
+// is written reboots into its new system (rackd now answers "boot from local
+// disk"), whether it waits for that system to report (DEPLOYING) or is
+// DEPLOYED already; every other end powers off, which the power policy also
+// does through the BMC.
 func reportAnswer(m store.Machine) enlist.ReportAnswer {
 	ans := enlist.ReportAnswer{State: string(m.State), Action: enlist.ActionPowerOff}
-	if m.State == store.StateDeployed {
+	if m.State == store.StateDeployed || (m.State == store.StateDeploying && !m.DiskWritten.IsZero()) {
 		ans.Action = enlist.ActionReboot
 	}
 	return ans

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Enlistment: a machine that booted the enlistment environment introduces
@@ -198,6 +199,9 @@ type MACOwner struct {
 	// Erase is set for a machine RELEASING with an erase, which boots the
 	// erase environment.
 	Erase bool
+	// DiskWritten is set for a machine DEPLOYING whose image is written,
+	// which boots its disk.
+	DiskWritten bool
 }
 
 // MachineOfMACs returns the machine that owns the first of macs (canonical
@@ -221,19 +225,21 @@ func (s *Store) MachineOfMACs(macs []string) (MACOwner, bool, error) {
 				return fmt.Errorf("MAC %s is indexed to machine %s, which does not exist", mac, id)
 			}
 			out.ID, found = string(id), true
-			if st, ok := topLevelString(data, "state"); ok && State(st) != StateReleasing {
+			if st, ok := topLevelString(data, "state"); ok && State(st) != StateReleasing && State(st) != StateDeploying {
 				out.State = State(st)
 				return nil
 			}
-			// RELEASING (rare) needs the erase flag too: decoded.
+			// RELEASING and DEPLOYING (rare) need the erase flag or the
+			// disk's state too: decoded.
 			var m struct {
-				State State `json:"state"`
-				Erase bool  `json:"erase"`
+				State       State     `json:"state"`
+				Erase       bool      `json:"erase"`
+				DiskWritten time.Time `json:"disk_written"`
 			}
 			if err := json.Unmarshal(data, &m); err != nil {
 				return fmt.Errorf("decode machine %s: %w", id, err)
 			}
-			out.State, out.Erase = m.State, m.Erase
+			out.State, out.Erase, out.DiskWritten = m.State, m.Erase, !m.DiskWritten.IsZero()
 			return nil
 		}
 		return nil

@@ -274,6 +274,9 @@ func (t *Tx) deleteMachine(actor Actor, req DeleteRequest) (Machine, error) {
 	if err := t.deletePower(m.ID); err != nil {
 		return Machine{}, err
 	}
+	if err := t.endDeployment(m.ID); err != nil {
+		return Machine{}, err
+	}
 	if err := t.del(bucketMachines, []byte(m.ID)); err != nil {
 		return Machine{}, err
 	}

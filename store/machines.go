@@ -398,6 +398,9 @@ type TransitionRequest struct {
 	// Running says the machine already runs rackd's environment (it just
 	// enlisted), so a commission needs no power driver to boot it.
 	Running bool
+	// deploy is the identity a deploy gives the OS (Deploy; nil: the
+	// owner's keys only).
+	deploy *deployInput
 }
 
 // Transition applies a lifecycle action in one transaction and records it.
@@ -479,6 +482,22 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 	if req.Action == ActionDeploy && req.Image != "" {
 		m.DeployImage = req.Image
 	}
+	if req.Action == ActionDeploy || to != StateDeploying {
+		m.DiskWritten = time.Time{}
+	}
+	var dep Deployment
+	if req.Action == ActionDeploy {
+		var err error
+		if dep, err = t.startDeployment(m, req.deploy); err != nil {
+			return Machine{}, err
+		}
+	} else if !holds(to) && to != StateBroken {
+		// The allocation ends: the user-data and the OS credential go
+		// with it.
+		if err := t.endDeployment(m.ID); err != nil {
+			return Machine{}, err
+		}
+	}
 	if !holds(to) && to != StateBroken && m.Owner != "" {
 		// The allocation ends here; its token dies with it.
 		m.Allocation = nil
@@ -510,6 +529,9 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 	if req.Image != "" {
 		reason = strings.TrimSpace("image " + req.Image + "; " + reason)
 		reason = strings.TrimSuffix(reason, ";")
+	}
+	if req.Action == ActionDeploy {
+		reason = strings.TrimPrefix(reason+"; "+describeDeployment(dep), "; ")
 	}
 	return m, t.addEvent(Event{Machine: m.ID, Actor: actor.Name, Action: string(req.Action),
 		From: from, To: to, Reason: reason})
@@ -588,6 +610,8 @@ func expiry(m Machine, now time.Time, commissioning, deploying time.Duration) (T
 	case m.State == StateCommissioning && commissioning > 0 && age > commissioning:
 		return TransitionRequest{Machine: m.ID, Action: ActionCommissioningFailed,
 			Reason: fmt.Sprintf("timeout: commissioning did not finish within %s", commissioning)}, true
+	case m.State == StateDeploying && deploying > 0 && age > deploying && !m.DiskWritten.IsZero():
+		return TransitionRequest{Machine: m.ID, Action: ActionDeploymentFailed, Reason: deployingExpiry(m, deploying)}, true
 	case m.State == StateDeploying && deploying > 0 && age > deploying:
 		return TransitionRequest{Machine: m.ID, Action: ActionDeploymentFailed,
 			Reason: fmt.Sprintf("timeout: deployment did not finish within %s", deploying)}, true

@@ -423,6 +423,13 @@ func TestTransitionPaths(t *testing.T) {
 				case st.image != "":
 					reason = "image " + st.image
 				}
+				if st.action == store.ActionDeploy {
+					// The deployment's identity, by counts only.
+					if !deployIdentityRE.MatchString(e.Reason) {
+						t.Errorf("event %d: reason %q does not end with the deployment's identity", i+1, e.Reason)
+					}
+					reason = strings.TrimPrefix(reason+"; "+deployIdentityRE.FindString(e.Reason), "; ")
+				}
 				want := store.Event{Seq: e.Seq, Time: e.Time, Machine: m.ID, Actor: st.actor.Name,
 					Action: string(st.action), From: from, To: st.want, Reason: reason}
 				if e != want {

@@ -116,6 +116,9 @@ type ReportResult struct {
 	Action Action
 	// Since is when the machine entered the phase it left.
 	Since time.Time
+	// DiskWritten: a deploy report that wrote the image of a deployment
+	// whose OS reports itself; the machine stays DEPLOYING (Action is "").
+	DiskWritten bool
 }
 
 // PhaseReport is an environment's report at the end of its phase.
@@ -131,6 +134,8 @@ type PhaseReport struct {
 	// Detail is added to the event's reason on success ("wrote 2 GiB to
 	// vda, sha256 ...").
 	Detail string
+	// Bytes is how much a deployment wrote.
+	Bytes int64
 }
 
 // CommissionInventory is what commissioning learns about a machine.
@@ -306,6 +311,14 @@ func (t *Tx) completePhase(m Machine, r PhaseReport) (ReportResult, error) {
 		}
 		reason = "commissioning report received"
 	case PhaseDeploy:
+		// With a deployment record the OS reports itself: the machine
+		// waits for it. Without one (deployed before rackd kept them)
+		// the image written is the end.
+		if d, found, err := t.deployment(m.ID); err != nil {
+			return ReportResult{}, err
+		} else if found {
+			return t.diskWritten(m, d, r)
+		}
 		res.Action = ActionDeploymentDone
 		reason = "image " + m.DeployImage + " written"
 	case PhaseErase:

@@ -172,12 +172,13 @@ func PowerPolicyFor(s State) PowerPolicy {
 // into the phase, enforcement after the machine was seen off, an admin. A
 // machine with an installed disk that is powered on without it boots that
 // disk, and the phase waits for a report that never comes. Otherwise the
-// machine boots in its firmware's order (BootNone).
+// machine boots in its firmware's order (BootNone): so does a DEPLOYING
+// machine whose image is written, which now boots that image.
 func NextBootFor(m Machine, action PowerAction) power.BootDevice {
 	if action != PowerOn && action != PowerCycle {
 		return power.BootNone
 	}
-	if phaseOf(m) != "" {
+	if phaseOf(m) != "" && m.DiskWritten.IsZero() {
 		return power.BootPXE
 	}
 	return power.BootNone

@@ -198,6 +198,17 @@ var migrations = []func(tx *bolt.Tx) error{
 		}
 		return nil
 	},
+	// 9 -> 10: deployment records and their user-data. A machine
+	// DEPLOYING or DEPLOYED before has none: its deployment ends as it
+	// would have (the image written is the end).
+	func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketDeployments, bucketUserData} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return fmt.Errorf("create bucket %s: %w", b, err)
+			}
+		}
+		return nil
+	},
 }
 
 // SchemaVersion is the schema this build of rackd writes.

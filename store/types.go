@@ -49,6 +49,10 @@ type Machine struct {
 	// accepted, so that the same report sent again is answered without
 	// changing anything.
 	LastReport *Credential `json:"last_report,omitempty"`
+	// DiskWritten is when the deploy environment reported the image
+	// written, while the machine is DEPLOYING and waits for its OS to
+	// report (deployments.go): from then on it boots its own disk.
+	DiskWritten time.Time `json:"disk_written,omitzero"`
 	// Erase is set while a release erases the disks first.
 	Erase bool `json:"erase,omitempty"`
 	// Commissioned records that the hardware is known, which decides where

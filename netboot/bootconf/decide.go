@@ -30,6 +30,10 @@ type MachineInfo struct {
 	// Erase is set while the machine is RELEASING with an erase: it boots
 	// the commissioning environment in erase mode.
 	Erase bool
+	// DiskWritten is set while the machine is DEPLOYING and its deploy
+	// environment has written the image: it boots that image from its
+	// disk while rackd waits for the OS to report.
+	DiskWritten bool
 }
 
 // Environment is a bootable kernel with its initrds and arguments. Paths
@@ -192,6 +196,10 @@ func Decide(m MachineInfo, known bool, env Environments) Decision {
 			d.Missing = fmt.Sprintf("rackd: no commissioning environment is imported for %s: booting from local disk", arch)
 		}
 	case stateDeploying:
+		if m.DiskWritten {
+			d.Mode = ModeLocal
+			break
+		}
 		d.Mode = ModeDeploy
 		e, ok := env.Deploy[m.Image]
 		switch {
