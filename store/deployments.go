@@ -70,6 +70,10 @@ type Deployment struct {
 	// UserDataBytes is the size of the user-data (kept apart: UserData).
 	UserDataBytes int       `json:"user_data_bytes"`
 	Started       time.Time `json:"started"`
+	// SeedServed is when the deploy environment first fetched the seed.
+	// Without a seed the OS has no credential to report with: the image
+	// written then ends the deployment, as it did before seeds.
+	SeedServed time.Time `json:"seed_served,omitzero"`
 	// ImageWritten is when the deploy environment reported the image on
 	// disk; OSBooted when the OS reported cloud-init finished.
 	ImageWritten time.Time `json:"image_written,omitzero"`
@@ -314,19 +318,21 @@ type SeedAddress struct {
 }
 
 // Seed returns what the deploy environment holding phaseToken writes as its
-// machine's seed: the token must be the current deploy credential of a
-// DEPLOYING machine that has a deployment record and whose image is not
-// written yet. Anything else is CodeUnauthorized, naming nothing (the
-// caller has proved nothing), except an image already written
-// (CodeConflict: the seed went with it).
-func (s *Store) Seed(phaseToken string) (SeedSource, error) {
+// machine's seed, and records (the first time) that it was served, with an
+// event: from then on the deployment waits for its OS to report. The token
+// must be the current deploy credential of a DEPLOYING machine that has a
+// deployment record and whose image is not written yet. Anything else is
+// CodeUnauthorized, naming nothing (the caller has proved nothing), except
+// an image already written (CodeConflict: the seed went with it).
+func (s *Store) Seed(ctx context.Context, phaseToken string) (SeedSource, error) {
 	refused := errorf(CodeUnauthorized, "rejected credential: it is not the deploy credential of a machine being deployed")
 	if phaseToken == "" {
 		return SeedSource{}, refused
 	}
 	hash := []byte(HashToken(phaseToken))
 	var out SeedSource
-	err := s.view(func(t *Tx) error {
+	err := s.update(ctx, func(t *Tx) error {
+		out = SeedSource{}
 		machines := t.bucket(bucketMachines)
 		c := t.bucket(bucketDeployments).Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
@@ -354,8 +360,19 @@ func (s *Store) Seed(phaseToken string) (SeedSource, error) {
 			}
 			out = SeedSource{Machine: m, Deployment: d, UserData: t.getRaw(bucketUserData, k),
 				OSToken: osToken(t.credKey, m.ID, d.OSNonce)}
-			out.Addresses, err = t.seedAddresses(m)
-			return err
+			if out.Addresses, err = t.seedAddresses(m); err != nil {
+				return err
+			}
+			if !d.SeedServed.IsZero() {
+				return nil
+			}
+			d.SeedServed = t.now
+			out.Deployment = d
+			if err := t.put(bucketDeployments, []byte(m.ID), d); err != nil {
+				return err
+			}
+			return t.addEvent(Event{Machine: m.ID, Actor: ReportActor.Name, Action: "deploy-progress",
+				Reason: "seed of instance " + d.InstanceID + " fetched by the deploy environment"})
 		}
 		return refused
 	})

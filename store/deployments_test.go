@@ -121,11 +121,11 @@ func TestDeploymentFlow(t *testing.T) {
 
 	// The deploy environment fetches the seed with its phase credential.
 	phase := s.PhaseToken(m)
-	_, err = s.Seed("not-a-token")
+	_, err = s.Seed(context.Background(), "not-a-token")
 	wantCode(t, err, store.CodeUnauthorized)
-	_, err = s.Seed("")
+	_, err = s.Seed(context.Background(), "")
 	wantCode(t, err, store.CodeUnauthorized)
-	src, err := s.Seed(phase)
+	src, err := s.Seed(context.Background(), phase)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +134,14 @@ func TestDeploymentFlow(t *testing.T) {
 		t.Fatalf("seed source %+v", src)
 	}
 	osTok := src.OSToken
+	if !hasEvent(eventsOf(t, s, m.ID), "deploy-progress", "seed of instance "+d.InstanceID+" fetched") || src.Deployment.SeedServed.IsZero() {
+		t.Fatalf("the seed's fetch is not recorded: %+v", src.Deployment)
+	}
+	// A second fetch (a retry) serves the same seed and records nothing.
+	n := len(eventsOf(t, s, m.ID))
+	if again, err := s.Seed(context.Background(), phase); err != nil || again.OSToken != osTok || len(eventsOf(t, s, m.ID)) != n {
+		t.Fatalf("second fetch: %v", err)
+	}
 
 	// Before the image is written the OS cannot report cloud-init errors
 	// with another token.
@@ -158,7 +166,7 @@ func TestDeploymentFlow(t *testing.T) {
 	if err != nil || again.Action != "" || again.DiskWritten {
 		t.Fatalf("replayed deployed report: %+v %v", again, err)
 	}
-	_, err = s.Seed(phase)
+	_, err = s.Seed(context.Background(), phase)
 	wantCode(t, err, store.CodeConflict)
 
 	// cloud-init's webhook: successes are dropped, failures kept.
@@ -230,13 +238,13 @@ func TestRedeploy(t *testing.T) {
 	ready(t, s, "r1")
 	allocate(t, s, alice, "r1", "a")
 	m := deploy(t, s, alice, "r1", store.DeployRequest{UserData: []byte("alice's")})
-	first, _ := s.Seed(s.PhaseToken(m))
+	first, _ := s.Seed(context.Background(), s.PhaseToken(m))
 	// The deploy environment fails; alice retries: a new deployment.
 	if _, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseDeploy, Token: s.PhaseToken(m), Error: "disk too small"}); err != nil {
 		t.Fatal(err)
 	}
 	m = deploy(t, s, alice, "r1", store.DeployRequest{})
-	retry, err := s.Seed(s.PhaseToken(m))
+	retry, err := s.Seed(context.Background(), s.PhaseToken(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +318,7 @@ func TestOSNeverReports(t *testing.T) {
 	ready(t, s, "n1")
 	allocate(t, s, alice, "n1", "a")
 	m := deploy(t, s, alice, "n1", store.DeployRequest{})
-	src, err := s.Seed(s.PhaseToken(m))
+	src, err := s.Seed(context.Background(), s.PhaseToken(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +354,7 @@ func TestOSErrorsBounded(t *testing.T) {
 	ready(t, s, "e1")
 	allocate(t, s, alice, "e1", "a")
 	m := deploy(t, s, alice, "e1", store.DeployRequest{})
-	src, err := s.Seed(s.PhaseToken(m))
+	src, err := s.Seed(context.Background(), s.PhaseToken(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,6 +454,28 @@ func TestMigrateFromSchema9(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeployWithoutSeed: an environment that fetched no seed wrote an OS
+// that has no credential to report with: the image written ends the
+// deployment, and the event says why.
+func TestDeployWithoutSeed(t *testing.T) {
+	s := storetest.New(t)
+	alice := withUser(t, s, "alice")
+	ready(t, s, "w1")
+	allocate(t, s, alice, "w1", "a")
+	m := deploy(t, s, alice, "w1", store.DeployRequest{UserData: []byte("x")})
+	res, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseDeploy, Token: s.PhaseToken(m)})
+	if err != nil || res.Machine.State != store.StateDeployed || res.DiskWritten {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if e := lastEvent(t, s, m.ID); e.Reason != "image debian written without a seed (the OS cannot report)" {
+		t.Fatalf("event %+v", e)
+	}
+	// The deployment (and its user-data) stay with the allocation.
+	if _, err := s.UserData(alice, m.ID); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -311,16 +311,21 @@ func (t *Tx) completePhase(m Machine, r PhaseReport) (ReportResult, error) {
 		}
 		reason = "commissioning report received"
 	case PhaseDeploy:
-		// With a deployment record the OS reports itself: the machine
-		// waits for it. Without one (deployed before rackd kept them)
+		// An OS that got its seed reports itself: the machine waits for
+		// it. Without a seed (an environment that fetched none, a
+		// deployment from before rackd kept them) the OS cannot, and
 		// the image written is the end.
-		if d, found, err := t.deployment(m.ID); err != nil {
+		d, found, err := t.deployment(m.ID)
+		if err != nil {
 			return ReportResult{}, err
-		} else if found {
+		} else if found && !d.SeedServed.IsZero() {
 			return t.diskWritten(m, d, r)
 		}
 		res.Action = ActionDeploymentDone
 		reason = "image " + m.DeployImage + " written"
+		if found {
+			reason += " without a seed (the OS cannot report)"
+		}
 	case PhaseErase:
 		res.Action = ActionReleaseDone
 		reason = "disks erased"
