@@ -45,6 +45,7 @@ type Agent struct {
 	meta *metadataState
 	// phases are the series of commissioning, deployment and erase.
 	phases *phaseMetrics
+	osm    *osMetrics
 
 	cfg     Config
 	log     *slog.Logger
@@ -113,6 +114,7 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	}()
 	a.metrics = newMetrics(func() *store.Store { return a.store })
 	a.phases = newPhaseMetrics(a.metrics.reg)
+	a.osm = newOSMetrics(a.metrics.reg)
 	credKey, err := loadCredentialKey(cfg.StateDir)
 	if err != nil {
 		return nil, err

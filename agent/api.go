@@ -54,6 +54,7 @@ func routes() []route {
 		{"PATCH /api/v1/machines/{id}", admin, (*Agent).patchMachine},
 		{"DELETE /api/v1/machines/{id}", admin, (*Agent).deleteMachine},
 		{"GET /api/v1/machines/{id}/events", user, (*Agent).machineEvents},
+		{"GET /api/v1/machines/{id}/user-data", user, (*Agent).userData},
 		{"POST /api/v1/machines/{id}/{action}", user, (*Agent).machineAction},
 		{"POST /api/v1/machines/{id}/power", user, (*Agent).requestPower},
 		{"GET /api/v1/machines/{id}/power", user, (*Agent).machinePower},
@@ -90,6 +91,8 @@ func routes() []route {
 		{"POST /metadata/v1/commissioned", public, (*Agent).reportCommissioned},
 		{"POST /metadata/v1/deployed", public, (*Agent).reportDeployed},
 		{"POST /metadata/v1/erased", public, (*Agent).reportErased},
+		{"POST /metadata/v1/os/{token}/phone-home", public, (*Agent).osPhoneHome},
+		{"POST /metadata/v1/os/{token}/events", public, (*Agent).osEvents},
 	}
 }
 
@@ -246,7 +249,7 @@ func (a *Agent) internalError(w http.ResponseWriter, r *http.Request, err error)
 		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "rackd is shutting down; retry")
 		return
 	}
-	a.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	a.log.Error("request failed", "method", r.Method, "path", redactPath(r.URL.Path), "err", err)
 	writeError(w, http.StatusInternalServerError, api.CodeInternal, "internal error; the rackd log has the details")
 }
 
@@ -257,6 +260,11 @@ var errBadBody = errors.New("bad request body")
 // fields refused, nothing after the object. With optional, an empty body
 // leaves v as it is. On failure it answers the request and returns errBadBody.
 func (a *Agent) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	return a.decodeBodyLimit(w, r, v, optional, a.cfg.API.MaxBodyBytes)
+}
+
+// decodeBodyLimit is decodeBody with a size cap of its own.
+func (a *Agent) decodeBodyLimit(w http.ResponseWriter, r *http.Request, v any, optional bool, limit int64) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		// A PATCH body is a JSON merge patch, which has its own type.
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || (mt != "application/json" && mt != "application/merge-patch+json") {
@@ -265,7 +273,7 @@ func (a *Agent) decodeBody(w http.ResponseWriter, r *http.Request, v any, option
 			return errBadBody
 		}
 	}
-	body := http.MaxBytesReader(w, r.Body, a.cfg.API.MaxBodyBytes)
+	body := http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
@@ -358,7 +366,7 @@ func (a *Agent) version(w http.ResponseWriter, r *http.Request, _ store.Actor) {
 	writeJSON(w, http.StatusOK, api.Version{Version: Version, Schema: store.SchemaVersion})
 }
 
-func (a *Agent) listMachines(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+func (a *Agent) listMachines(w http.ResponseWriter, r *http.Request, who store.Actor) {
 	q := r.URL.Query()
 	f := store.Filter{State: store.State(strings.ToUpper(q.Get("state"))), Owner: q.Get("owner"), AgentName: q.Get("agent_name")}
 	if f.State != "" && !f.State.Valid() {
@@ -372,7 +380,7 @@ func (a *Agent) listMachines(w http.ResponseWriter, r *http.Request, _ store.Act
 	}
 	out := make([]api.Machine, len(ms))
 	for i, m := range ms {
-		out[i] = a.machineView(m)
+		out[i] = a.machineViewFor(m, who)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -400,13 +408,13 @@ func (a *Agent) createMachine(w http.ResponseWriter, r *http.Request, who store.
 	writeJSON(w, http.StatusCreated, a.machineView(m))
 }
 
-func (a *Agent) getMachine(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+func (a *Agent) getMachine(w http.ResponseWriter, r *http.Request, who store.Actor) {
 	m, err := a.store.Machine(r.PathValue("id"))
 	if err != nil {
 		a.storeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.machineView(m))
+	writeJSON(w, http.StatusOK, a.machineViewFor(m, who))
 }
 
 func (a *Agent) machineEvents(w http.ResponseWriter, r *http.Request, _ store.Actor) {
@@ -441,7 +449,20 @@ func (a *Agent) machineAction(w http.ResponseWriter, r *http.Request, who store.
 		return
 	}
 	var req api.ActionRequest
-	if a.decodeBody(w, r, &req, true) != nil {
+	limit := a.cfg.API.MaxBodyBytes
+	if action == store.ActionDeploy {
+		// A deploy carries up to a MiB of user-data, in base64.
+		limit = max(limit, deployBodyLimit)
+	}
+	if a.decodeBodyLimit(w, r, &req, true, limit) != nil {
+		return
+	}
+	if (req.UserData != "" || len(req.SSHKeys) > 0) && action != store.ActionDeploy {
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "user_data and ssh_keys are only meaningful for deploy")
+		return
+	}
+	if action == store.ActionDeploy {
+		a.deploy(w, r, who, req)
 		return
 	}
 	if req.Image != "" && action != store.ActionDeploy {
@@ -459,7 +480,7 @@ func (a *Agent) machineAction(w http.ResponseWriter, r *http.Request, who store.
 		return
 	}
 	a.transitioned(m, action, who)
-	v := a.machineView(m)
+	v := a.machineViewFor(m, who)
 	v.Notice = manualNotice(m)
 	writeJSON(w, http.StatusOK, v)
 }

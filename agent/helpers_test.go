@@ -29,6 +29,13 @@ type testAgent struct {
 // invariants are checked after it has shut down.
 func startAgent(t *testing.T, tweak ...func(*Config)) *testAgent {
 	t.Helper()
+	return startAgentLog(t, nil, tweak...)
+}
+
+// startAgentLog is startAgent with the agent's log (debug level and up)
+// written to logTo as well, when not nil.
+func startAgentLog(t *testing.T, logTo io.Writer, tweak ...func(*Config)) *testAgent {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.StateDir = t.TempDir()
 	cfg.Lifecycle.WatchdogInterval = Duration(time.Second)
@@ -38,6 +45,13 @@ func startAgent(t *testing.T, tweak ...func(*Config)) *testAgent {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if logTo != nil {
+		w := logTo
+		if testing.Verbose() {
+			w = io.MultiWriter(logTo, os.Stderr)
+		}
+		log = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	a, err := New(cfg, log)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"rackd/enlist"
 	"rackd/store"
@@ -29,7 +30,7 @@ func TestReportRequest(t *testing.T) {
 		"commissioning with neither": {rep: enlist.Report{Machine: "m-1"}, phase: store.PhaseCommission,
 			err: "a commissioning report carries the inventory, or an error"},
 		"deployment": {rep: enlist.Report{Machine: "m-1", Disk: "vda", Bytes: 42, SHA256: strings.Repeat("a", 64)}, phase: store.PhaseDeploy,
-			want: store.PhaseReport{Machine: "m-1", Phase: store.PhaseDeploy, Token: "tok",
+			want: store.PhaseReport{Machine: "m-1", Phase: store.PhaseDeploy, Token: "tok", Bytes: 42,
 				Detail: "42 bytes to vda, sha256 " + strings.Repeat("a", 64)}},
 		"deployment without details": {rep: enlist.Report{Machine: "m-1"}, phase: store.PhaseDeploy,
 			want: store.PhaseReport{Machine: "m-1", Phase: store.PhaseDeploy, Token: "tok"}},
@@ -77,6 +78,16 @@ func TestReportOutcome(t *testing.T) {
 		if got := reportOutcome(store.ReportResult{Action: tc.action}, tc.reported); got != tc.want {
 			t.Errorf("reportOutcome(%q, %q) = %q, want %q", tc.action, tc.reported, got, tc.want)
 		}
+	}
+	if got := reportOutcome(store.ReportResult{DiskWritten: true}, ""); got != "image_written" {
+		t.Errorf("reportOutcome of an image written = %q, want image_written", got)
+	}
+	// The image written: the machine reboots into it, DEPLOYING still.
+	if got := reportAnswer(store.Machine{State: store.StateDeploying, DiskWritten: time.Now()}); got.Action != enlist.ActionReboot {
+		t.Errorf("reportAnswer(DEPLOYING, image written) = %+v, want reboot", got)
+	}
+	if got := reportAnswer(store.Machine{State: store.StateDeploying}); got.Action != enlist.ActionPowerOff {
+		t.Errorf("reportAnswer(DEPLOYING) = %+v, want poweroff", got)
 	}
 	for state, want := range map[store.State]enlist.Action{store.StateDeployed: enlist.ActionReboot,
 		store.StateReady: enlist.ActionPowerOff, store.StateFailedDeployment: enlist.ActionPowerOff,

@@ -32,6 +32,9 @@ const (
 	// PathSeed answers a deploying machine's phase credential with its
 	// NoCloud seed: a FAT file system image labelled CIDATA.
 	PathSeed = "/metadata/v1/seed"
+	// PathOSPrefix prefixes the deployed OS's report endpoints:
+	// <prefix><OS credential>/phone-home and .../events.
+	PathOSPrefix = "/metadata/v1/os/"
 )
 
 // CodeAlreadyKnown is the error code of an enlistment refused because a MAC

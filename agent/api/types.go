@@ -86,6 +86,9 @@ type Machine struct {
 	Inventory *Inventory `json:"inventory,omitempty"`
 	// DeployImage is the image the machine deploys or deployed.
 	DeployImage string `json:"deploy_image,omitempty"`
+	// Deployment is the machine's current deployment, shown to its owner
+	// and admins only.
+	Deployment *Deployment `json:"deployment,omitempty"`
 	// Notice is set in the answer to a lifecycle action when a human must
 	// act for it to go on (a machine with the manual power driver must be
 	// powered by hand).
@@ -193,6 +196,12 @@ type ActionRequest struct {
 	// Erase, on a release, boots the machine into the erase environment,
 	// which wipes the first and last MiB of its disks, before it is READY.
 	Erase bool `json:"erase,omitempty"`
+	// UserData (deploy only) is cloud-init user-data, base64-encoded; at
+	// most MaxUserData bytes decoded.
+	UserData string `json:"user_data,omitempty"`
+	// SSHKeys (deploy only) are authorized_keys lines the deployed OS
+	// accepts besides the owner's keys.
+	SSHKeys []string `json:"ssh_keys,omitempty"`
 }
 
 // Constraints select machines for allocate-by-constraints.

@@ -221,20 +221,39 @@ func machineActionVerb(action string) *verb {
 	}
 	switch action {
 	case "deploy":
-		v.synopsis = "[--image I] [--reason R]"
+		v.synopsis = "[--image I] [--user-data FILE] [--ssh-key FILE ...] [--reason R]"
+		v.help += `
+
+The deployed OS's cloud-init gets the machine's hostname, its sticky
+addresses, the owner's SSH keys as they are now, the keys of each
+--ssh-key FILE (authorized_keys lines, one a line; blank lines and # comments
+skipped), and the user-data of --user-data FILE (at most 1 MiB; - reads
+standard input). The machine is DEPLOYED once that OS reports that
+cloud-init finished; rackd machines show says how far it is.`
 	case "release":
 		v.synopsis = "[--erase] [--reason R]"
 	}
 	v.setup = func(fs *flag.FlagSet) func(*env, []string) error {
 		var req api.ActionRequest
 		fs.StringVar(&req.Reason, "reason", "", "why, for the machine's events")
+		var (
+			userData string
+			keyFiles stringList
+		)
 		if action == "deploy" {
 			fs.StringVar(&req.Image, "image", "", "`IMAGE` to deploy (default: the server's)")
+			fs.StringVar(&userData, "user-data", "", "cloud-init user-data from `FILE` (- for standard input)")
+			fs.Var(&keyFiles, "ssh-key", "SSH public keys from `FILE` besides the owner's (repeatable)")
 		}
 		if action == "release" {
 			fs.BoolVar(&req.Erase, "erase", false, "erase the disks' first and last MiB before READY")
 		}
 		return func(e *env, args []string) error {
+			if action == "deploy" {
+				if err := deployIdentity(&req, userData, keyFiles); err != nil {
+					return err
+				}
+			}
 			return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.Machine, error) {
 				return c.MachineAction(ctx, args[0], action, req)
 			}, func(w io.Writer, m api.Machine) error {

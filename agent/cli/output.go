@@ -158,6 +158,9 @@ func printMachine(w io.Writer, m api.Machine) error {
 			row("BMC (in-band)", cell(inv.BMCAddress))
 		}
 	}
+	if d := m.Deployment; d != nil {
+		deploymentRows(row, *d)
+	}
 	row("Created", when(m.Created))
 	return tw.Flush()
 }
