@@ -30,10 +30,10 @@ type Interface struct {
 
 // Identity is what a deployed OS learns about itself from its seed.
 type Identity struct {
-	InstanceID string // new for every deployment, so cloud-init reruns per-instance modules
-	Hostname   string // the fully qualified name
-	SSHKeys    []string
-	UserData   []byte // the user's, passed through unchanged
+	InstanceID string   // new for every deployment, so cloud-init reruns per-instance modules
+	Hostname   string   // the fully qualified name
+	SSHKeys    []string // authorized_keys lines; a key given twice is listed once
+	UserData   []byte   // the user's, passed through unchanged; empty gets an empty cloud-config
 	Interfaces []Interface
 	// Full URLs, each holding the deployment's credential in its path:
 	// phone_home can send no header of its own.
