@@ -9,7 +9,8 @@ export CGO_ENABLED ?= 0
 export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: all build run test bootloaders test-deps unit vet fmt-check bench-alloc bench-deps bench-dhcp clean \
-	initramfs enlist-image import-initramfs appliance e2e bench-boot bench-deploy
+	initramfs enlist-image import-initramfs appliance e2e bench-boot bench-deploy \
+	image-debian debian-image bench-deploy-os
 
 all: build
 
@@ -26,7 +27,7 @@ run: build
 
 ## test: install what the tests need (idempotent), build the enlistment
 ##   image the e2e tests boot if it is missing, then run everything
-test: test-deps fmt-check vet enlist-image unit
+test: test-deps fmt-check vet enlist-image debian-image unit
 
 test-deps:
 	@bash scripts/test-deps.sh
@@ -69,6 +70,21 @@ enlist-image:
 	@if [ -z "$${RACKD_E2E_IMAGE:-}" ] && [ "$$(id -u)" -eq 0 ] && [ ! -f build/initramfs/image/rackd-image.json ]; then \
 		bash scripts/initramfs.sh; fi
 
+## image-debian: a bootable Debian 12 amd64 disk image from Debian's packages
+##   (GRUB for BIOS and UEFI, cloud-init, OpenSSH's server) as deploy image
+##   directories build/image-debian (zstd) and build/image-debian-raw, plus
+##   a variant with cloud-init disabled (root, mmdebstrap; cached in
+##   /var/cache/rackd-test/image-debian: a second run takes seconds)
+image-debian: test-deps
+	@bash scripts/image-debian.sh
+
+# debian-image: the Debian image for the e2e tests (root only, as they are;
+# RACKD_E2E_DEBIAN names another build). Made here rather than by the tests,
+# so that its minutes do not count against their timeout; cached, so seconds
+# when the script did not change.
+debian-image:
+	@if [ -z "$${RACKD_E2E_DEBIAN:-}" ] && [ "$$(id -u)" -eq 0 ]; then bash scripts/image-debian.sh; fi
+
 ## import-initramfs: import it through the API of the running rackd at
 ##   $(LISTEN) with the admin token of $(STATE) (make run's defaults; else e.g.
 ##   STATE=/var/lib/rackd LISTEN=10.0.0.1:5240); builds it first when missing
@@ -95,6 +111,12 @@ bench-boot: test-deps
 ##   flags through BENCH_DEPLOY_FLAGS, e.g. make bench-deploy BENCH_DEPLOY_FLAGS='-reps 3 -image-mb 512'
 bench-deploy: test-deps
 	$(GO) run ./bench/deploy $(BENCH_DEPLOY_FLAGS)
+
+## bench-deploy-os: deploy request to the first SSH command of the Debian image vs the
+##   same OS powered on from the same VM's disk, and the image's stream rate raw, zstd and
+##   xz (root, QEMU, ipmi_sim; builds the images when missing)
+bench-deploy-os: test-deps
+	$(GO) run ./bench/deployos $(BENCH_DEPLOY_OS_FLAGS)
 
 ## bench-alloc: allocation throughput vs raw fsync'd bbolt transactions
 bench-alloc:

@@ -5,7 +5,7 @@ set -euo pipefail
 need=()
 # command -> the Debian package that has it
 while read -r cmd pkg; do
-	command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+	command -v "$cmd" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done <<'LIST'
 promtool prometheus
 gcc gcc
@@ -27,6 +27,7 @@ zstd zstd
 cloud-init cloud-init
 cloud-localds cloud-image-utils
 fsck.fat dosfstools
+mkfs.fat dosfstools
 mcopy mtools
 blkid util-linux
 mkfs.vfat dosfstools
@@ -36,6 +37,9 @@ growpart cloud-guest-utils
 qemu-img qemu-utils
 gzip gzip
 sha256sum coreutils
+ssh openssh-client
+mmdebstrap mmdebstrap
+mkfs.ext4 e2fsprogs
 LIST
 # file -> the Debian package that has it (firmware the VM tests boot)
 while read -r file pkg; do
