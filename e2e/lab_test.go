@@ -151,12 +151,15 @@ type lab struct {
 	url    string // rackd's HTTP base, as the VMs reach it
 	token  string
 	client *http.Client
+	logs   []string // rackd's output before each restart
 }
 
 // labOptions change a lab's rackd configuration.
 type labOptions struct {
-	tftp         bool // serve TFTP on the bridge (UEFI PXE needs it)
-	defaultFirst int  // boot.default_first
+	tftp             bool   // serve TFTP on the bridge (UEFI PXE needs it)
+	defaultFirst     int    // boot.default_first
+	noDHCP           bool   // serve no DHCP (machines keep what they were given)
+	deployingTimeout string // lifecycle.deploying_timeout, when set
 }
 
 // newLab builds the namespace and starts rackd in it with a subnet for the
@@ -172,17 +175,6 @@ func newLab(t *testing.T, o labOptions) *lab {
 	dir := t.TempDir()
 	l := &lab{t: t, ns: ns, br: br, dir: dir, state: filepath.Join(dir, "state"),
 		url: fmt.Sprintf("http://%s:%d", labServer, labHTTPPort)}
-	cfg := fmt.Sprintf("[dhcp]\ninterfaces = [%q]\nprobe_timeout = \"0s\"\n", br)
-	if o.tftp {
-		cfg += fmt.Sprintf("[tftp]\nlisten = \"%s:69\"\n", labServer)
-	}
-	if o.defaultFirst > 0 {
-		cfg += fmt.Sprintf("[boot]\ndefault_first = %d\n", o.defaultFirst)
-	}
-	cfgPath := filepath.Join(dir, "rackd.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	l.client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
 		// rackd listens inside the namespace: dial there.
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -196,9 +188,7 @@ func newLab(t *testing.T, o labOptions) *lab {
 		},
 	}}
 	t.Cleanup(l.client.CloseIdleConnections)
-	l.rackd = ns.Start(rackdBinary(t), "serve", "--config", cfgPath, "--state-dir", l.state,
-		"--listen", fmt.Sprintf("%s:%d", labServer, labHTTPPort), "--log-format", "json", "--log-level", "debug")
-	l.waitHealthy()
+	l.startRackd(o)
 	tok, err := os.ReadFile(filepath.Join(l.state, "admin.token"))
 	if err != nil {
 		t.Fatalf("admin token: %v", err)
@@ -211,6 +201,49 @@ func newLab(t *testing.T, o labOptions) *lab {
 	startRAs(t, ns, br)
 	return l
 }
+
+// startRackd writes rackd's configuration for o and starts it on the lab's
+// state directory, waiting until it is healthy.
+func (l *lab) startRackd(o labOptions) {
+	l.t.Helper()
+	cfg := "[dhcp]\n"
+	if !o.noDHCP {
+		cfg += fmt.Sprintf("interfaces = [%q]\nprobe_timeout = \"0s\"\n", l.br)
+	} else {
+		cfg += "interfaces = []\n"
+	}
+	if o.tftp {
+		cfg += fmt.Sprintf("[tftp]\nlisten = \"%s:69\"\n", labServer)
+	}
+	if o.defaultFirst > 0 {
+		cfg += fmt.Sprintf("[boot]\ndefault_first = %d\n", o.defaultFirst)
+	}
+	if o.deployingTimeout != "" {
+		cfg += fmt.Sprintf("[lifecycle]\ndeploying_timeout = %q\n", o.deployingTimeout)
+	}
+	cfgPath := filepath.Join(l.dir, "rackd.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		l.t.Fatal(err)
+	}
+	l.rackd = l.ns.Start(rackdBinary(l.t), "serve", "--config", cfgPath, "--state-dir", l.state,
+		"--listen", fmt.Sprintf("%s:%d", labServer, labHTTPPort), "--log-format", "json", "--log-level", "debug")
+	l.waitHealthy()
+}
+
+// restart stops rackd and starts it again on the same state with the
+// configuration of o; what it logged before is kept in logs.
+func (l *lab) restart(o labOptions) {
+	l.t.Helper()
+	if err := l.rackd.Stop(30 * time.Second); err != nil {
+		l.t.Logf("rackd stopped: %v", err)
+	}
+	l.logs = append(l.logs, l.rackd.Output())
+	l.client.CloseIdleConnections()
+	l.startRackd(o)
+}
+
+// log returns everything rackd logged in this lab, across restarts.
+func (l *lab) log() string { return strings.Join(append(slices.Clone(l.logs), l.rackd.Output()), "") }
 
 // waitHealthy waits until rackd answers /healthz.
 func (l *lab) waitHealthy() {
@@ -239,6 +272,12 @@ func (l *lab) waitHealthy() {
 // call makes an API call that must answer want; out receives the body.
 func (l *lab) call(want int, method, path string, body, out any) {
 	l.t.Helper()
+	l.callAs(l.token, want, method, path, body, out)
+}
+
+// callAs is call with another user's token.
+func (l *lab) callAs(token string, want int, method, path string, body, out any) {
+	l.t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -251,7 +290,7 @@ func (l *lab) call(want int, method, path string, body, out any) {
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+l.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := l.client.Do(req)
 	if err != nil {
@@ -273,9 +312,15 @@ func (l *lab) call(want int, method, path string, body, out any) {
 // an operator on the appliance would, and returns its output.
 func (l *lab) cli(args ...string) string {
 	l.t.Helper()
+	return l.cliAs(l.token, args...)
+}
+
+// cliAs is cli with another user's token.
+func (l *lab) cliAs(token string, args ...string) string {
+	l.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	args = append(args, "--url", l.url, "--api-token", l.token)
+	args = append(args, "--url", l.url, "--api-token", token)
 	out, err := l.ns.Exec(ctx, rackdBinary(l.t), args...)
 	if err != nil {
 		l.t.Fatalf("rackd %s: %v\n%s", strings.Join(args[:len(args)-4], " "), err, out)

@@ -107,6 +107,12 @@ type bmcVM struct {
 // started by the BMC's power hook, finds its tap.
 func newBMCVM(t *testing.T, l *lab, memMB, cpus int) *bmcVM {
 	t.Helper()
+	return newBMCVMDisk(t, l, memMB, cpus, vmDiskBytes(t))
+}
+
+// newBMCVMDisk is newBMCVM with a disk of diskBytes (a sparse file).
+func newBMCVMDisk(t *testing.T, l *lab, memMB, cpus int, diskBytes int64) *bmcVM {
+	t.Helper()
 	qemu := netnstest.Tool(t, "qemu-system-x86_64")
 	netnstest.Tool(t, "ipmi_sim")
 	tap := netnstest.Name("rktap")
@@ -119,7 +125,7 @@ func newBMCVM(t *testing.T, l *lab, memMB, cpus int) *bmcVM {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Truncate(vmDiskBytes(t)); err != nil {
+	if err := f.Truncate(diskBytes); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
