@@ -477,8 +477,10 @@ func localBoot(t *testing.T, raw string, uefi bool) bootTimes {
 	marker, content := "/var/tmp/e2e-marker", "written-by-user-data"
 	iid := "i-local-" + netnstest.Name("")
 	meta := fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\npublic-keys:\n  - %s\n", iid, fqdn, pub)
+	// manage_etc_hosts is what rackd's vendor-data adds: hostname -f
+	// answers from /etc/hosts, with no DNS server on the lab's network.
 	seed := seedDisk(t, meta,
-		cloudConfig(marker, content, fmt.Sprintf("http://%s:8080/phone-home/$INSTANCE_ID", host)),
+		cloudConfig(marker, content, fmt.Sprintf("http://%s:8080/phone-home/$INSTANCE_ID", host))+"manage_etc_hosts: localhost\n",
 		networkConfigV2(mac, guest, host, host, "e2e.test"))
 	disk := overlay(t, raw, 3<<30)
 	v := startOSVM(t, ns, br, mac, uefi, disk, seed)
