@@ -394,3 +394,24 @@ func TestCheckQCOW2(t *testing.T) {
 		}
 	}
 }
+
+// Sniff never panics, and what it says depends only on the bytes it
+// needs: a longer read of the same file gives the same answer.
+func FuzzSniff(f *testing.F) {
+	f.Add([]byte("\x1f\x8b\x08"))
+	f.Add([]byte("QFI\xfb\x00\x00\x00\x03"))
+	f.Add([]byte("\x50\x2a\x4d\x18"))
+	f.Add(make([]byte, sniffLen))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		format, err := Sniff(data)
+		if err == nil && format == "" {
+			t.Fatal("no format and no error")
+		}
+		if len(data) > sniffLen {
+			f2, err2 := Sniff(data[:sniffLen])
+			if f2 != format || (err == nil) != (err2 == nil) {
+				t.Fatalf("Sniff of %d bytes: %q %v; of the first %d: %q %v", len(data), format, err, sniffLen, f2, err2)
+			}
+		}
+	})
+}

@@ -232,6 +232,8 @@ func FuzzParseManifest(f *testing.F) {
 	f.Add([]byte(`{"name":"noble","arch":"amd64","purpose":"deploy","files":[{"path":"boot/vmlinuz","role":"kernel","sha256":"` + goodSHA + `","size":0}]}`))
 	f.Add([]byte(`{"name":"n","arch":"a","purpose":"enlist","files":[{"path":"../x","role":"initrd","sha256":"","size":-1}]}`))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"name":"d","arch":"amd64","purpose":"deploy","files":[{"path":"d.zst","role":"disk","sha512":"` + strings.Repeat("ab", 64) +
+		`","size":5,"format":"zstd","raw_size":9,"raw_sha256":"` + goodSHA + `"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := ParseManifest(data)
 		if err != nil {
@@ -241,8 +243,11 @@ func FuzzParseManifest(f *testing.F) {
 			t.Fatalf("parsed manifest fails Validate: %v", err)
 		}
 		for _, fl := range m.Files {
-			if filepath.IsAbs(fl.Path) || !filepath.IsLocal(fl.Path) || !ValidHex(fl.SHA256) {
+			if filepath.IsAbs(fl.Path) || !filepath.IsLocal(fl.Path) || !ValidHex(fl.SHA256) && !validHexLen(fl.SHA512, 128) {
 				t.Fatalf("unsafe file accepted: %+v", fl)
+			}
+			if fl.Role != RoleDisk && (fl.Format != "" || fl.RawSize != 0 || fl.RawSHA256 != "") {
+				t.Fatalf("disk fields on a %s file: %+v", fl.Role, fl)
 			}
 		}
 	})

@@ -25,6 +25,13 @@ func testImage(name, arch, purpose string, shas ...string) store.Image {
 
 func withCmdline(im store.Image, c string) store.Image { im.Cmdline = c; return im }
 
+// diskImage is a deploy image of one disk file of that format and raw size
+// and digest.
+func diskImage(format string, rawSize int64, rawSHA string) store.Image {
+	return store.Image{Name: "disk", Arch: "amd64", Purpose: "deploy", Files: []store.ImageFile{
+		{Path: "disk.img", Role: "disk", SHA256: sha('a'), Size: 10, Format: format, RawSize: rawSize, RawSHA256: rawSHA}}}
+}
+
 func TestPutImageValidation(t *testing.T) {
 	tests := map[string]struct {
 		actor store.Actor
@@ -47,6 +54,14 @@ func TestPutImageValidation(t *testing.T) {
 		"cmdline":          {admin, withCmdline(testImage("a", "amd64", "deploy", sha('a')), "console=ttyS0 -- single"), ""},
 		"cmdline newline":  {admin, withCmdline(testImage("a", "amd64", "deploy", sha('a')), "quiet\nLABEL x"), store.CodeInvalid},
 		"cmdline too long": {admin, withCmdline(testImage("a", "amd64", "deploy", sha('a')), strings.Repeat("a", 1025)), store.CodeInvalid},
+		"disk of old":      {admin, diskImage("", 0, ""), ""},
+		"raw disk":         {admin, diskImage("raw", 10, sha('a')), ""},
+		"zstd disk":        {admin, diskImage("zstd", 1<<30, sha('b')), ""},
+		"xz disk, no sha":  {admin, diskImage("xz", 1<<30, ""), ""},
+		"gzip, no size":    {admin, diskImage("gzip", 0, sha('b')), store.CodeInvalid},
+		"qcow2 disk":       {admin, diskImage("qcow2", 1<<30, sha('b')), store.CodeInvalid},
+		"negative raw":     {admin, diskImage("raw", -1, ""), store.CodeInvalid},
+		"bad raw sha":      {admin, diskImage("zstd", 5, "abc"), store.CodeInvalid},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -67,6 +82,9 @@ func TestPutImageValidation(t *testing.T) {
 			}
 			if got.Created.IsZero() || len(ims) != 1 || ims[0].Name != tc.im.Name || len(ims[0].Files) != len(tc.im.Files) || ims[0].Cmdline != tc.im.Cmdline {
 				t.Fatalf("stored %+v, returned %+v", ims, got)
+			}
+			if ims[0].Files[0] != tc.im.Files[0] {
+				t.Fatalf("stored file %+v, want %+v", ims[0].Files[0], tc.im.Files[0])
 			}
 		})
 	}
