@@ -415,3 +415,45 @@ func FuzzSniff(f *testing.F) {
 		}
 	})
 }
+
+// A cancel while the import looks into a disk image (decompressing an xz,
+// converting a qcow2) stops it and leaves nothing behind.
+func TestImportDiskCancelledInStep(t *testing.T) {
+	needTool(t, "xz", "xz-utils")
+	needTool(t, "qemu-img", "qemu-utils")
+	raw := rawDisk(2 << 20)
+	dir := t.TempDir()
+	rawPath := filepath.Join(dir, "disk.raw")
+	if err := os.WriteFile(rawPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("qemu-img", "convert", "-f", "raw", "-O", "qcow2", rawPath, filepath.Join(dir, "disk.qcow2")).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v: %s", err, out)
+	}
+	qcow, err := os.ReadFile(filepath.Join(dir, "disk.qcow2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"xz": compress(t, "xz", []string{"-c", "-T1"}, raw), "qcow2": qcow} {
+		for _, at := range []string{"decompressing", "converting", "compressing"} {
+			if name == "xz" && at != "decompressing" || name == "qcow2" && at == "decompressing" {
+				continue
+			}
+			t.Run(name+" "+at, func(t *testing.T) {
+				s, sdir := mustOpen(t)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				_, _, err := ImportDir(ctx, s, writeImage(t, []imgFile{{path: "disk", role: RoleDisk, data: data}}), ImportOptions{
+					Progress: func(p Progress) {
+						if strings.HasPrefix(p.Step, at) {
+							cancel()
+						}
+					}})
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("err = %v, want context.Canceled", err)
+				}
+				assertEmpty(t, sdir)
+			})
+		}
+	}
+}
