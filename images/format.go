@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -182,7 +183,7 @@ func scanCompressed(ctx context.Context, name, format string, progress func(int6
 			break
 		}
 		if rerr != nil {
-			return 0, "", fmt.Errorf("decompress %s (%d bytes in): %w", format, cr.n, corrupt(rerr))
+			return 0, "", fmt.Errorf("decompress %s (%d bytes in): %w%s", format, cr.n, corrupt(rerr), hint(format, rerr))
 		}
 	}
 	if n == 0 {
@@ -194,6 +195,16 @@ func scanCompressed(ctx context.Context, name, format string, progress func(int6
 		}
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hint says what to do about a decompressor's error, when there is
+// something to do: the xz decoder (the deploy environment's too) knows
+// only the LZMA2 filter, xz's default, not the BCJ or delta filters.
+func hint(format string, err error) string {
+	if format == FormatXZ && strings.Contains(err.Error(), "filter") {
+		return " (only xz's default LZMA2 filter is supported: recompress with plain xz, without --x86, --delta or other filters)"
+	}
+	return ""
 }
 
 // corrupt says what a decompressor's io.ErrUnexpectedEOF means here.

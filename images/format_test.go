@@ -245,6 +245,7 @@ func TestImportBrokenCompressed(t *testing.T) {
 		{"gzip of a qcow2", compress(t, "gzip", []string{"-c"}, qcowish), "holds a qcow2 image, not a raw disk image"},
 		{"empty zstd", compress(t, "zstd", []string{"-c", "-q"}, nil), "decompresses to nothing"},
 		{"not really xz", []byte("\xfd7zXZ\x00garbage"), "not a xz file"},
+		{"xz with a BCJ filter", compress(t, "xz", []string{"-c", "--x86", "--lzma2"}, raw), "only xz's default LZMA2 filter is supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, sdir := mustOpen(t)
