@@ -103,8 +103,9 @@ type Imported struct {
 	// and raw SHA-256 the import found (a qcow2 file's blob is its
 	// conversion: see convertQCOW2).
 	Files []File
-	// Converted names the disk files stored in another format than they
-	// were read in (qcow2 converted), by path, with that format.
+	// Converted maps the path of each disk file stored in another format
+	// than it was read in to the format it was read in (FormatQCOW2: the
+	// blob is its conversion, FormatZstd).
 	Converted map[string]string
 
 	s      *Store
