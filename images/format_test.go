@@ -245,6 +245,7 @@ func TestImportBrokenCompressed(t *testing.T) {
 		{"gzip of a qcow2", compress(t, "gzip", []string{"-c"}, qcowish), "holds a qcow2 image, not a raw disk image"},
 		{"empty zstd", compress(t, "zstd", []string{"-c", "-q"}, nil), "decompresses to nothing"},
 		{"not really xz", []byte("\xfd7zXZ\x00garbage"), "not a xz file"},
+		{"gzip with trailing bytes", append(bytes.Clone(gz), "not another member"...), "decompress gzip"},
 		{"xz with a BCJ filter", compress(t, "xz", []string{"-c", "--x86", "--lzma2"}, raw), "only xz's default LZMA2 filter is supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -456,5 +457,36 @@ func TestImportDiskCancelledInStep(t *testing.T) {
 				assertEmpty(t, sdir)
 			})
 		}
+	}
+}
+
+// Streams of several members, frames or streams (what pigz, zstd -T and
+// cat of .xz files make) are one disk image: the raw size and digest are
+// of all of it, as the deploy environment writes all of it.
+func TestImportConcatenatedStreams(t *testing.T) {
+	for _, tl := range []struct{ tool, pkg string }{{"gzip", "gzip"}, {"xz", "xz-utils"}, {"zstd", "zstd"}} {
+		needTool(t, tl.tool, tl.pkg)
+	}
+	a, b := rawDisk(1<<20), bytes.Repeat([]byte("second part "), 40000)
+	whole := append(bytes.Clone(a), b...)
+	for name, data := range map[string][]byte{
+		"gzip": append(compress(t, "gzip", []string{"-c"}, a), compress(t, "gzip", []string{"-c"}, b)...),
+		"xz":   append(compress(t, "xz", []string{"-c", "-T1"}, a), compress(t, "xz", []string{"-c", "-T1"}, b)...),
+		"zstd": append(compress(t, "zstd", []string{"-c", "-q"}, a), compress(t, "zstd", []string{"-c", "-q"}, b)...),
+	} {
+		s, _ := mustOpen(t)
+		src, err := OpenDir(writeImage(t, []imgFile{{path: "d", role: RoleDisk, data: data, rawSHA: sum(whole)}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		im, err := Import(context.Background(), s, src, ImportOptions{})
+		src.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if f := im.Files[0]; f.RawSize != int64(len(whole)) || f.Format != name {
+			t.Errorf("%s: %+v", name, f)
+		}
+		im.Release()
 	}
 }
