@@ -23,9 +23,9 @@ import (
 // phase only, for one report, and dies with the phase (any transition out
 // of it, a success, a failure, a timeout, a release or mark-broken).
 //
-// The token reaches the environment on its kernel command line, which
-// rackd renders on every boot-config request, so rackd must be able to
-// produce it again without keeping it: the token is an HMAC, under a key
+// The environment claims the token once, from the address of its DHCP
+// binding (store/credclaim.go), so rackd must be able to produce it
+// without keeping it: the token is an HMAC, under a key
 // that lives outside the database (Options.CredentialKey, the agent keeps
 // it in <state dir>/credential.key), of the machine's id, the phase and a
 // random nonce drawn at issue. The record keeps the nonce and the token's
@@ -44,6 +44,11 @@ type Credential struct {
 	Nonce  string    `json:"nonce"`
 	Hash   string    `json:"hash"`
 	Issued time.Time `json:"issued"`
+	// Claimed is when the environment obtained the token
+	// (ClaimCredential), zero until then; ClaimedBy is the source
+	// address of that claim. A credential is handed out once.
+	Claimed   time.Time `json:"claimed,omitzero"`
+	ClaimedBy string    `json:"claimed_by,omitempty"`
 }
 
 // phaseOf is the phase a state's environment runs, "" for none. RELEASING
@@ -99,7 +104,8 @@ func (t *Tx) syncCredential(m *Machine, from State) {
 }
 
 // PhaseToken returns the token of m's current phase credential, "" when it
-// has none. The boot configs put it on the environment's command line.
+// has none. Only the claim hands it to an environment (ClaimCredential);
+// this is for tools and tests that hold the store.
 func (s *Store) PhaseToken(m Machine) string {
 	if m.Credential == nil {
 		return ""
@@ -457,6 +463,9 @@ func checkCredentials(machines map[string]Machine, bad func(string, ...any)) {
 			bad("machine %s is in its %s phase with a credential for %s", id, phase, m.Credential.Phase)
 		case m.Erase && m.State != StateReleasing:
 			bad("machine %s is %s with the erase flag of a release", id, m.State)
+		case m.Credential != nil && m.Credential.Claimed.IsZero() != (m.Credential.ClaimedBy == ""):
+			bad("machine %s has a %s credential claimed at %v by %q: a claim has both", id, m.Credential.Phase,
+				m.Credential.Claimed, m.Credential.ClaimedBy)
 		}
 	}
 }
