@@ -36,7 +36,7 @@ func (b bootSource) Machine(ctx context.Context, mac string) (bootconf.MachineIn
 		return bootconf.MachineInfo{}, false, err
 	}
 	return bootconf.MachineInfo{ID: m.ID, Hostname: m.Hostname, State: string(m.State), Arch: m.Arch, Image: m.DeployImage,
-		Token: b.s.PhaseToken(m), Erase: m.Erase, DiskWritten: !m.DiskWritten.IsZero()}, true, nil
+		Erase: m.Erase, DiskWritten: !m.DiskWritten.IsZero()}, true, nil
 }
 
 // Environments returns the environments the registry's images make for

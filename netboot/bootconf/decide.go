@@ -22,11 +22,6 @@ type MachineInfo struct {
 	// Image is the name of the image to deploy; it matters only while the
 	// machine is DEPLOYING.
 	Image string
-	// Token is a per-machine credential for the environment, put on the
-	// kernel command line as rackd.token=<Token> when not empty. Anyone
-	// who can fetch the machine's config can read it, so the agent should
-	// hand out only short-lived, single-purpose tokens.
-	Token string
 	// Erase is set while the machine is RELEASING with an erase: it boots
 	// the commissioning environment in erase mode.
 	Erase bool
@@ -229,9 +224,12 @@ func Decide(m MachineInfo, known bool, env Environments) Decision {
 
 // Cmdline returns the kernel command line of a decision that boots:
 // rackd.url=<httpBase>, rackd.mode=<mode> and, for known machines,
-// rackd.machine=<id> and rackd.token=<token> when one is set, then the
-// environment's own arguments (the image's cmdline). It returns nil when
-// the decision does not boot a kernel.
+// rackd.machine=<id>, then the environment's own arguments (the image's
+// cmdline). It returns nil when the decision does not boot a kernel.
+//
+// No credential is ever rendered: anyone who names a MAC can fetch its
+// config over TFTP or HTTP. The environment claims its phase credential
+// from rackd instead, once, from the address of its DHCP binding.
 //
 // rackd's arguments come first so that an image's arguments can end with
 // "--" and arguments for init, which must be last: the kernel hands
@@ -250,9 +248,6 @@ func (d Decision) Cmdline(httpBase string) []string {
 	args = append(args, "rackd.url="+httpBase, "rackd.mode="+string(d.Mode))
 	if d.Known {
 		args = append(args, "rackd.machine="+d.Machine.ID)
-		if d.Machine.Token != "" {
-			args = append(args, "rackd.token="+d.Machine.Token)
-		}
 	}
 	if im := d.Env.Disk; im != nil && d.Mode == ModeDeploy {
 		args = append(args, "rackd.image="+im.Path, "rackd.image_sha256="+im.SHA256,

@@ -30,7 +30,7 @@ func TestDecideEveryState(t *testing.T) {
 				name += "/unknown"
 			}
 			t.Run(name, func(t *testing.T) {
-				m := MachineInfo{ID: "m-1", Hostname: "web1", State: state, Arch: "amd64", Image: "ubuntu-24.04", Token: "t0k"}
+				m := MachineInfo{ID: "m-1", Hostname: "web1", State: state, Arch: "amd64", Image: "ubuntu-24.04"}
 				d := Decide(m, known, env)
 				wantMode, boots := want[state]
 				if !boots {
@@ -136,14 +136,15 @@ func TestCmdline(t *testing.T) {
 		want  string
 	}{
 		"enlist: no identity": {
-			m:    MachineInfo{ID: "ignored", Token: "ignored", State: "DEPLOYING"},
+			m:    MachineInfo{ID: "ignored", State: "DEPLOYING"},
 			want: "rackd.url=http://10.0.0.1:5240 rackd.mode=enlist console=ttyS0,115200n8 quiet",
 		},
-		"commission with token": {
-			m: MachineInfo{ID: "m-1", State: "COMMISSIONING", Token: "s3cret"}, known: true,
-			want: "rackd.url=http://10.0.0.1:5240 rackd.mode=commission rackd.machine=m-1 rackd.token=s3cret console=tty0 console=ttyS0,115200n8",
+		// No credential, ever: the environment claims it from rackd.
+		"commission": {
+			m: MachineInfo{ID: "m-1", State: "COMMISSIONING"}, known: true,
+			want: "rackd.url=http://10.0.0.1:5240 rackd.mode=commission rackd.machine=m-1 console=tty0 console=ttyS0,115200n8",
 		},
-		"deploy without token": {
+		"deploy": {
 			m: MachineInfo{ID: "m-2", State: "DEPLOYING", Image: "ubuntu-24.04"}, known: true,
 			want: "rackd.url=http://10.0.0.1:5240 rackd.mode=deploy rackd.machine=m-2 ro ip=dhcp",
 		},
@@ -152,7 +153,7 @@ func TestCmdline(t *testing.T) {
 			want: "rackd.url=http://10.0.0.1:5240 rackd.mode=deploy rackd.machine=m-5 console=ttyS0 -- systemd.unit=rescue.target",
 		},
 		"local: no command line": {
-			m: MachineInfo{ID: "m-3", State: "DEPLOYED", Token: "s3cret"}, known: true,
+			m: MachineInfo{ID: "m-3", State: "DEPLOYED"}, known: true,
 		},
 	}
 	for name, tc := range tests {

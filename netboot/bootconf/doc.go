@@ -18,7 +18,7 @@
 // # Safety
 //
 // Every string that reaches a config (machine ID, hostname, state, image
-// name, token, kernel and initrd paths, kernel arguments, the base URL) is
+// name, kernel and initrd paths, kernel arguments, the base URL) is
 // checked against a conservative character set, and a value outside it is
 // refused with ErrInvalid rather than escaped: pxelinux has no quoting at
 // all, the kernel command line has only double quotes without an escape,
@@ -27,8 +27,8 @@
 // adding a line or an argument to a config.
 //
 // An environment's own kernel arguments (an image's cmdline) come after
-// rackd's rackd.url, rackd.mode, rackd.machine and rackd.token, so that an
-// image can end its arguments with "--" and arguments for init; rackd.*
+// rackd's rackd.url, rackd.mode and rackd.machine (never a credential: the
+// environment claims that from rackd), so that an image can end its arguments with "--" and arguments for init; rackd.*
 // and initrd= are refused in them (CheckArgs), so an image can neither
 // override rackd's arguments nor name initrds of its own.
 //

@@ -111,12 +111,12 @@ func testEnvironments(arch string) Environments {
 func newFixture(imported bool) *fakeSource {
 	f := &fakeSource{
 		machines: map[string]MachineInfo{
-			macCommissioning: {ID: "m-0001", Hostname: "node1", State: "COMMISSIONING", Arch: "amd64", Token: "c0ffee42"},
-			macDeploying:     {ID: "m-0002", Hostname: "web1", State: "DEPLOYING", Arch: "amd64", Image: "ubuntu-24.04", Token: "Zm9vYmFy+/="},
+			macCommissioning: {ID: "m-0001", Hostname: "node1", State: "COMMISSIONING", Arch: "amd64"},
+			macDeploying:     {ID: "m-0002", Hostname: "web1", State: "DEPLOYING", Arch: "amd64", Image: "ubuntu-24.04"},
 			macDeployed:      {ID: "m-0003", Hostname: "db1", State: "DEPLOYED", Arch: "amd64", Image: "ubuntu-24.04"},
 			macNoImage:       {ID: "m-0004", Hostname: "web2", State: "DEPLOYING", Arch: "arm64", Image: "debian-13"},
-			macRescue:        {ID: "m-0005", Hostname: "web3", State: "DEPLOYING", Arch: "amd64", Image: "debian-13-rescue", Token: "t0ken"},
-			macDisk:          {ID: "m-0006", Hostname: "web4", State: "DEPLOYING", Arch: "amd64", Image: "debian-12-zst", Token: "t0k3n"},
+			macRescue:        {ID: "m-0005", Hostname: "web3", State: "DEPLOYING", Arch: "amd64", Image: "debian-13-rescue"},
+			macDisk:          {ID: "m-0006", Hostname: "web4", State: "DEPLOYING", Arch: "amd64", Image: "debian-12-zst"},
 		},
 		envs: map[string]Environments{},
 	}

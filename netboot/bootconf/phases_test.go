@@ -17,11 +17,11 @@ func TestPhaseModes(t *testing.T) {
 	disk.Disk = &DiskImage{Path: "images/" + sha, SHA256: sha, Size: 1 << 20}
 	src := &fakeSource{
 		machines: map[string]MachineInfo{
-			"52:54:00:00:09:01": {ID: "m-dep", State: "DEPLOYING", Image: "raw", Token: "tok-d"},
-			"52:54:00:00:09:02": {ID: "m-era", State: "RELEASING", Erase: true, Token: "tok-e"},
+			"52:54:00:00:09:01": {ID: "m-dep", State: "DEPLOYING", Image: "raw"},
+			"52:54:00:00:09:02": {ID: "m-era", State: "RELEASING", Erase: true},
 			"52:54:00:00:09:03": {ID: "m-rel", State: "RELEASING"},
 			"52:54:00:00:09:04": {ID: "m-dd", State: "DEPLOYED", Image: "raw"},
-			"52:54:00:00:09:05": {ID: "m-com", State: "COMMISSIONING", Token: "tok-c"},
+			"52:54:00:00:09:05": {ID: "m-com", State: "COMMISSIONING"},
 		},
 		envs: map[string]Environments{"amd64": {Commission: comm, Deploy: map[string]Environment{"raw": disk}}},
 	}
@@ -30,12 +30,12 @@ func TestPhaseModes(t *testing.T) {
 		want []string // substrings of the iPXE script
 		not  []string
 	}{
-		{"52:54:00:00:09:01", []string{"rackd.mode=deploy rackd.machine=m-dep rackd.token=tok-d rackd.image=images/" + sha +
+		{"52:54:00:00:09:01", []string{"rackd.mode=deploy rackd.machine=m-dep rackd.image=images/" + sha +
 			" rackd.image_sha256=" + sha + " rackd.image_size=1048576 console=ttyS0"}, nil},
-		{"52:54:00:00:09:02", []string{"rackd.mode=erase rackd.machine=m-era rackd.token=tok-e console=ttyS0"}, []string{"rackd.image"}},
+		{"52:54:00:00:09:02", []string{"rackd.mode=erase rackd.machine=m-era console=ttyS0"}, []string{"rackd.image"}},
 		{"52:54:00:00:09:03", []string{"from local disk", "exit"}, []string{"kernel"}},
 		{"52:54:00:00:09:04", []string{"from local disk", "exit"}, []string{"kernel", "rackd.image"}},
-		{"52:54:00:00:09:05", []string{"rackd.mode=commission rackd.machine=m-com rackd.token=tok-c console=ttyS0"}, []string{"rackd.image"}},
+		{"52:54:00:00:09:05", []string{"rackd.mode=commission rackd.machine=m-com console=ttyS0"}, []string{"rackd.image"}},
 	} {
 		out, err := Render(context.Background(), src, Request{Kind: IPXEMAC, MAC: tc.mac}, Bases{HTTP: "http://10.0.0.1:5240"})
 		if err != nil {

@@ -15,7 +15,6 @@ const (
 	nameChars    = "._-"         // machine ID, hostname
 	stateChars   = "_-"          // lifecycle state, arch
 	imageChars   = "._:+@/-"     // image name
-	tokenChars   = "._~+/=-"     // base64, base64url, hex
 	argChars     = "._~:/,=+@%-" // kernel arguments
 	segmentChars = "._~+-"       // one segment of a file path
 	// messageChars adds what the message templates of Decide use.
@@ -27,7 +26,6 @@ const (
 // rackd's own arguments at the end.
 const (
 	maxName    = 253
-	maxToken   = 512
 	maxArg     = 512
 	maxInitrds = 16
 	maxCmdline = 2048
@@ -212,11 +210,6 @@ func prepare(d Decision, b base) (plan, error) {
 	if !d.Boots() {
 		return p, nil
 	}
-	if d.Known && m.Token != "" {
-		if err := checkValue("machine token", m.Token, maxToken, tokenChars, true); err != nil {
-			return plan{}, err
-		}
-	}
 	if err := checkFile("kernel", d.Env.Kernel); err != nil {
 		return plan{}, err
 	}
@@ -271,7 +264,7 @@ func isHex64(s string) bool {
 
 // reservedArgs are the argument prefixes an environment's own arguments may
 // not use: rackd.* are rackd's (the URL the environment calls back, the
-// machine's identity and token), which a later duplicate would override
+// machine's identity, the image to deploy), which a later duplicate would override
 // for a parser that keeps the last one; initrd= is set by the pxelinux and
 // iPXE configs themselves.
 var reservedArgs = []string{"rackd.", "initrd="}
