@@ -254,3 +254,63 @@ func TestSeed(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimCredential: the claim retries what rackd could not answer
+// (5xx, a dropped connection, 429) and stops at once at a refusal (403, or
+// 409 for a credential claimed already): the credential is handed out once.
+func TestClaimCredential(t *testing.T) {
+	tests := map[string]struct {
+		answers  []func(w http.ResponseWriter) // one per request; the last repeats
+		want     Credential
+		status   int // of the PermanentError, 0 for success
+		requests int
+	}{
+		"granted after a 502 and a dropped connection": {
+			answers: []func(http.ResponseWriter){
+				func(w http.ResponseWriter) { http.Error(w, "down", http.StatusBadGateway) },
+				func(w http.ResponseWriter) { panic(http.ErrAbortHandler) },
+				func(w http.ResponseWriter) { w.Write([]byte(`{"token":"tok","phase":"deploy"}`)) },
+			},
+			want: Credential{Token: "tok", Phase: "deploy"}, requests: 3,
+		},
+		"claimed already": {
+			answers: []func(http.ResponseWriter){func(w http.ResponseWriter) {
+				w.WriteHeader(http.StatusConflict)
+				w.Write([]byte(`{"error":"the deploy credential of this machine was already claimed","code":"conflict"}`))
+			}},
+			status: http.StatusConflict, requests: 1,
+		},
+		"refused": {
+			answers: []func(http.ResponseWriter){func(w http.ResponseWriter) {
+				w.WriteHeader(http.StatusForbidden)
+				w.Write([]byte(`{"error":"credential refused","code":"forbidden"}`))
+			}},
+			status: http.StatusForbidden, requests: 1,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var n atomic.Int32
+			c, _ := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+				var req CredentialRequest
+				if r.Method != http.MethodPost || r.URL.Path != PathCredential || json.NewDecoder(r.Body).Decode(&req) != nil ||
+					req != (CredentialRequest{Machine: "m-1", MAC: "52:54:00:00:00:01"}) {
+					t.Errorf("request %s %s %+v", r.Method, r.URL, req)
+				}
+				i := min(int(n.Add(1)), len(tc.answers)) - 1
+				tc.answers[i](w)
+			})
+			got, err := c.ClaimCredential(t.Context(), "m-1", "52:54:00:00:00:01")
+			var perm *PermanentError
+			switch {
+			case tc.status == 0 && (err != nil || got != tc.want):
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			case tc.status != 0 && (!errors.As(err, &perm) || perm.Status != tc.status || got.Token != ""):
+				t.Fatalf("got %+v, %v; want a permanent %d", got, err, tc.status)
+			}
+			if int(n.Load()) != tc.requests {
+				t.Fatalf("%d requests, want %d", n.Load(), tc.requests)
+			}
+		})
+	}
+}

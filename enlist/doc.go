@@ -37,13 +37,17 @@
 //
 // Booted with rackd.mode=commission, deploy or erase (rackd renders it for a
 // machine COMMISSIONING, DEPLOYING a raw disk image, or RELEASING with an
-// erase), the program skips whoami and does the phase's work, then reports
-// with the machine's phase credential (rackd.token=) as a Bearer token (see
-// Report and phases.go). Its final lines are:
+// erase), the program skips whoami, claims the machine's phase credential
+// (ClaimCredential: once per phase, from the address of its DHCP lease; the
+// boot config carries none), does the phase's work, then reports with the
+// credential as a Bearer token (see Report and phases.go). Its final lines
+// are:
 //
 //	rackd-enlist: commissioned (READY), powering off
 //	rackd-enlist: deployed <bytes> bytes to <disk>, rebooting
 //	rackd-enlist: erased <disk> <disk>..., powering off
 //	rackd-enlist: phase failed: <mode>: <reason> (reported), powering off
 //	rackd-enlist: failed: <reason>     (the report itself failed: exits 1)
+//	rackd-enlist: failed: credential refused: <rackd's answer>
+//	                                   (the claim was refused: exits 1)
 package enlist

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 )
@@ -11,10 +12,18 @@ import (
 // The phase reports: the commissioning, deploy and erase
 // environments end by telling rackd how it went. Unlike whoami and enlist
 // these change a known machine, so they carry the machine's phase
-// credential, rackd.token= of the kernel command line, as a Bearer token.
-// The credential is used once: a report that arrives twice (an answer lost
-// on the way back) is answered again without changing anything.
+// credential as a Bearer token. The boot config names the machine
+// (rackd.machine=) but carries no credential: TFTP and HTTP serve it to
+// anyone who names the MAC. The environment claims the credential when it
+// starts, once per phase, from the address of its DHCP lease; a second
+// claim is refused (409) and shows in the machine's events. The credential
+// is used once: a report that arrives twice (an answer lost on the way
+// back) is answered again without changing anything.
 //
+//	POST /metadata/v1/credential    CredentialRequest{machine, mac}
+//	  -> 200 Credential{token, phase}
+//	  |  403 {"error", "code": "forbidden"}  (not the binding's holder, not in a phase, ...)
+//	  |  409 {"error", "code": "conflict"}   (claimed already in this phase)
 //	POST /metadata/v1/commissioned  Report{machine, inventory | error}
 //	POST /metadata/v1/deployed      Report{machine, disk, bytes, sha256 | error}
 //	POST /metadata/v1/erased        Report{machine, erased | error}
@@ -35,6 +44,58 @@ const (
 	ModeDeploy     = "deploy"
 	ModeErase      = "erase"
 )
+
+// CredentialRequest is the body of POST /metadata/v1/credential.
+type CredentialRequest struct {
+	// Machine is the machine's id (rackd.machine=).
+	Machine string `json:"machine"`
+	// MAC is the interface whose DHCP lease the request comes from.
+	MAC string `json:"mac"`
+}
+
+// Validate checks the request's fields.
+func (c CredentialRequest) Validate() error {
+	if !machineIDRE.MatchString(c.Machine) {
+		return fmt.Errorf("machine %q: want the id of rackd.machine=", clip(c.Machine))
+	}
+	if hw, err := net.ParseMAC(c.MAC); err != nil || len(hw) != 6 {
+		return fmt.Errorf("mac %q is not a MAC address like 52:54:00:12:34:56", clip(c.MAC))
+	}
+	return nil
+}
+
+// Credential is a granted claim: the phase credential, for the reports'
+// Authorization header.
+type Credential struct {
+	Token string `json:"token"`
+	Phase string `json:"phase"`
+}
+
+// ClaimCredential claims the machine's phase credential from the interface
+// mac. It retries while rackd is unreachable or busy; a refusal (403, or
+// 409 for a credential claimed already) is a *PermanentError and is not
+// retried: the credential is handed out once per phase.
+func (c *Client) ClaimCredential(ctx context.Context, machine, mac string) (Credential, error) {
+	data, err := json.Marshal(CredentialRequest{Machine: machine, MAC: mac})
+	if err != nil {
+		return Credential{}, fmt.Errorf("encode credential request: %w", err)
+	}
+	var out Credential
+	err = c.retry(ctx, "credential", func(ctx context.Context) error {
+		status, body, err := c.do(ctx, http.MethodPost, PathCredential, data)
+		if err != nil {
+			return err
+		}
+		if status != http.StatusOK {
+			return refusal(status, body)
+		}
+		if err := json.Unmarshal(body, &out); err != nil || out.Token == "" {
+			return fmt.Errorf("credential: unexpected answer %q", clip(string(body)))
+		}
+		return nil
+	})
+	return out, err
+}
 
 // Report is a phase report.
 type Report struct {
@@ -128,4 +189,7 @@ const (
 	MarkerDeployed     = Prefix + "deployed "      // + "<bytes> bytes to <disk>, rebooting"
 	MarkerErased       = Prefix + "erased "        // + "<disks>, powering off"
 	MarkerPhaseFailed  = Prefix + "phase failed: " // + "<mode>: <reason> (reported), powering off"
+	// MarkerCredentialRefused starts the final line when rackd refused
+	// the credential claim: + rackd's answer.
+	MarkerCredentialRefused = MarkerFailed + "credential refused: "
 )

@@ -48,3 +48,20 @@ func FuzzReport(f *testing.F) {
 		}
 	})
 }
+
+func TestCredentialRequestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		req CredentialRequest
+		err string
+	}{
+		{CredentialRequest{Machine: "m-1", MAC: "52:54:00:00:00:01"}, ""},
+		{CredentialRequest{Machine: "M 1", MAC: "52:54:00:00:00:01"}, "machine"},
+		{CredentialRequest{Machine: "m-1", MAC: "52:54:00"}, "mac"},
+		{CredentialRequest{Machine: "m-1", MAC: "02:00:00:00:00:00:00:01"}, "mac"},
+	} {
+		err := tc.req.Validate()
+		if (tc.err == "") != (err == nil) || err != nil && !strings.HasPrefix(err.Error(), tc.err) {
+			t.Errorf("%+v: %v, want %q", tc.req, err, tc.err)
+		}
+	}
+}

@@ -35,6 +35,9 @@ const (
 	// PathOSPrefix prefixes the deployed OS's report endpoints:
 	// <prefix><OS credential>/phone-home and .../events.
 	PathOSPrefix = "/metadata/v1/os/"
+	// PathCredential is where a phase environment claims its credential
+	// (see Client.ClaimCredential).
+	PathCredential = "/metadata/v1/credential"
 )
 
 // CodeAlreadyKnown is the error code of an enlistment refused because a MAC

@@ -17,9 +17,10 @@ import (
 )
 
 // The phase modes: booted by rackd with rackd.mode=commission,
-// deploy or erase, rackd.machine=<id> and rackd.token=<phase credential>,
-// the program does the phase's work and reports to rackd with the token
-// instead of asking whoami.
+// deploy or erase and rackd.machine=<id>, the program claims the phase's
+// credential from rackd (once per phase, from the address of its DHCP
+// lease: the boot config carries none), does the phase's work and reports
+// to rackd with the credential instead of asking whoami.
 
 // disk is a disk open for writing.
 type disk interface {
@@ -29,7 +30,10 @@ type disk interface {
 
 // phaseArgs are what the kernel command line says about the phase.
 type phaseArgs struct {
-	mode, machine, token string
+	mode, machine string
+	// token is the phase credential, claimed from rackd as the phase
+	// starts (claimCredential).
+	token string
 	// deploy: the image's path under /boot/ and what rackd says about it
 	// (format, sizes and checksums of the served file and of the
 	// decompressed image); the disk rule.
@@ -46,13 +50,13 @@ type phaseArgs struct {
 // the -disk flag, which wins over rackd.disk=).
 func parsePhaseArgs(mode, cmdline, diskFlag string) (phaseArgs, error) {
 	get := func(k string) string { v, _ := inventory.ParseCmdline(cmdline, k); return v }
-	p := phaseArgs{mode: mode, machine: get("rackd.machine"), token: get("rackd.token"), diskRule: get("rackd.disk"),
+	p := phaseArgs{mode: mode, machine: get("rackd.machine"), diskRule: get("rackd.disk"),
 		measureDownload: get("enlist.measure_download") == "1"}
 	if diskFlag != "" {
 		p.diskRule = diskFlag
 	}
-	if p.machine == "" || p.token == "" {
-		return p, fmt.Errorf("rackd.mode=%s needs rackd.machine= and rackd.token= on the kernel command line", mode)
+	if p.machine == "" {
+		return p, fmt.Errorf("rackd.mode=%s needs rackd.machine= on the kernel command line", mode)
 	}
 	if mode != enlist.ModeDeploy {
 		return p, nil
@@ -80,11 +84,20 @@ func parsePhaseArgs(mode, cmdline, diskFlag string) (phaseArgs, error) {
 	return p, nil
 }
 
-// runPhase does the work of a phase and reports it; it returns the final
-// console line and what to do next. An error means the report could not be
+// runPhase claims the phase's credential from the interface mac, does the
+// work of the phase and reports it; it returns the final console line and
+// what to do next. An error means the claim or the report could not be
 // made: rackd's watchdog will fail the phase.
-func runPhase(ctx context.Context, sys system, p phaseArgs, base *url.URL, client *enlist.Client, inv enlist.Inventory,
+func runPhase(ctx context.Context, sys system, p phaseArgs, mac string, base *url.URL, client *enlist.Client, inv enlist.Inventory,
 	say func(string, ...any)) (final string, action enlist.Action, err error) {
+	switch p.mode {
+	case enlist.ModeCommission, enlist.ModeDeploy, enlist.ModeErase:
+	default:
+		return "", "", fmt.Errorf("rackd.mode=%q: want enlist, commission, deploy or erase", p.mode)
+	}
+	if p.token, err = claimCredential(ctx, client, p, mac, say); err != nil {
+		return "", "", err
+	}
 	rep := enlist.Report{Machine: p.machine}
 	var path, done string
 	switch p.mode {
@@ -108,8 +121,6 @@ func runPhase(ctx context.Context, sys system, p phaseArgs, base *url.URL, clien
 			rep.Error = eerr.Error()
 		}
 		done = strings.Join(erased, " ")
-	default:
-		return "", "", fmt.Errorf("rackd.mode=%q: want enlist, commission, deploy or erase", p.mode)
 	}
 	if len(rep.Error) > enlist.MaxReportError {
 		rep.Error = rep.Error[:enlist.MaxReportError]
@@ -138,6 +149,35 @@ func runPhase(ctx context.Context, sys system, p phaseArgs, base *url.URL, clien
 		final = enlist.MarkerErased + done + ", " + action.Doing()
 	}
 	return final, action, nil
+}
+
+// claimCredential claims the phase's credential. rackd hands it out once
+// per phase, to the address of mac's DHCP lease: a refusal is not retried,
+// and says on the console what it means.
+func claimCredential(ctx context.Context, client *enlist.Client, p phaseArgs, mac string, say func(string, ...any)) (string, error) {
+	if mac == "" {
+		return "", errors.New("cannot tell which interface holds this machine's address: boot with BOOTIF= on the kernel command line, or let the program run DHCP")
+	}
+	say("claiming the %s credential of machine %s (interface %s)", p.mode, p.machine, mac)
+	cred, err := client.ClaimCredential(ctx, p.machine, mac)
+	var perm *enlist.PermanentError
+	switch {
+	case errors.As(err, &perm) && perm.Status == http.StatusConflict:
+		say("REFUSED: rackd handed this phase's credential out already; another host may hold it. " +
+			"rackd's events of this machine name the address that claimed it. This environment cannot report.")
+		return "", fmt.Errorf("credential refused: %s (%d %s)", perm.Msg, perm.Status, perm.Code)
+	case errors.As(err, &perm):
+		say("REFUSED: rackd gives the credential only to the address of %s's DHCP lease while the machine is in a phase "+
+			"(an address not from rackd's DHCP, NAT, or a phase that ended); rackd's events of this machine say why.", mac)
+		return "", fmt.Errorf("credential refused: %s (%d %s)", perm.Msg, perm.Status, perm.Code)
+	case err != nil:
+		return "", fmt.Errorf("credential: %w", err)
+	}
+	if cred.Phase != p.mode {
+		return "", fmt.Errorf("credential refused: rackd granted a %s credential, and this environment runs %s", cred.Phase, p.mode)
+	}
+	say("claimed the %s credential", cred.Phase)
+	return cred.Token, nil
 }
 
 // stallTimeout ends an image download that makes no progress.

@@ -30,6 +30,10 @@ import (
 // against a real rackd (the agent on a loopback port, images imported
 // through its API), with the kernel command line taken from the boot
 // config rackd renders for the machine, and a file as the machine's disk.
+// The program plays the machine from loopback, where it holds no DHCP
+// lease, so rackd runs with metadata.credential_binding = "none" (any
+// source claims, once); the binding rule is tested by the agent's tests and
+// against real DHCP clients in network namespaces (agent/cmd/rackd).
 
 const (
 	phaseMAC  = "52:54:00:00:10:02" // the harness's boot interface (eth1)
@@ -55,7 +59,12 @@ func newPhaseLab(t *testing.T, tweak ...func(*agent.Config)) *phaseLab {
 	if len(tweak) > 0 {
 		tw = tweak[0]
 	}
-	a, serve := startRackd(t, ln, tw)
+	a, serve := startRackd(t, ln, func(c *agent.Config) {
+		c.Metadata.CredentialBinding = agent.BindingNone
+		if tw != nil {
+			tw(c)
+		}
+	})
 	serve()
 	tok, err := os.ReadFile(a.AdminTokenPath())
 	if err != nil {
@@ -169,8 +178,12 @@ func (l *phaseLab) lastEvent() store.Event {
 }
 
 // boot runs the program as the machine would with cmdline, the lab's disk
-// file as vda.
+// file as vda. Without DHCP the program tells its interface from BOOTIF=,
+// which a phase's command line gets here as pxelinux's IPAPPEND 2 adds it.
 func (l *phaseLab) boot(cmdline string) (*harness, error) {
+	if strings.Contains(cmdline, "rackd.mode=") {
+		cmdline += " BOOTIF=01-" + strings.ReplaceAll(phaseMAC, ":", "-")
+	}
 	var h harness
 	sys := h.system(machineFS(cmdline))
 	sys.openDisk = func(name string) (disk, error) {
@@ -213,10 +226,10 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 	l := newPhaseLab(t)
 	ctx := t.Context()
 
-	// Commissioning: the rendered command line carries the mode, the
-	// machine and its credential; the report makes the machine READY with
-	// the full inventory, and its sticky address (the setting is on by
-	// default).
+	// Commissioning: the rendered command line carries the mode and the
+	// machine, never its credential, which the program claims; the report
+	// makes the machine READY with the full inventory, and its sticky
+	// address (the setting is on by default).
 	if _, err := l.api.CreateSubnet(ctx, api.Subnet{CIDR: "10.77.0.0/24",
 		DynamicRanges: []api.Range{{Start: "10.77.0.100", End: "10.77.0.199"}}}); err != nil {
 		t.Fatal(err)
@@ -225,7 +238,8 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 	cl := l.cmdline()
 	m := l.machine()
 	tok := l.a.Store().PhaseToken(m)
-	if !strings.Contains(cl, "rackd.mode=commission rackd.machine="+m.ID+" rackd.token="+tok) || !strings.Contains(cl, "console=ttyS0") {
+	if !strings.Contains(cl, "rackd.mode=commission rackd.machine="+m.ID+" console=ttyS0") ||
+		tok == "" || strings.Contains(cl, tok) || strings.Contains(cl, "rackd.token") {
 		t.Fatalf("commissioning command line %q", cl)
 	}
 	h, err := l.boot(cl)
@@ -251,12 +265,12 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 	if l.cmdline() != "" {
 		t.Fatal("a READY machine is still served an environment")
 	}
-	// The credential was used once: the same report again is answered,
-	// but a second boot of a stale commissioning environment changes
-	// nothing.
-	h, _ = l.boot(cl)
-	if m := l.machine(); m.State != store.StateReady {
-		t.Fatalf("replayed report moved the machine to %s\n%s", m.State, h.out.String())
+	// The phase is over: a second boot of a stale commissioning
+	// environment gets no credential and changes nothing.
+	h, err = l.boot(cl)
+	if m := l.machine(); m.State != store.StateReady || err == nil ||
+		!strings.HasPrefix(phaseLine(h.out.String()), enlist.MarkerCredentialRefused) || len(h.power.actions()) != 0 {
+		t.Fatalf("stale environment: %s, %v, final %q\n%s", m.State, err, phaseLine(h.out.String()), h.out.String())
 	}
 
 	// Deployment of the raw image: written, verified, synced, reported;
@@ -332,7 +346,8 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 		`rackd_phase_duration_seconds_count{outcome="done",phase="commission"} 1`,
 		`rackd_phase_duration_seconds_count{outcome="done",phase="deploy"} 1`,
 		`rackd_phase_duration_seconds_count{outcome="done",phase="erase"} 1`,
-		`rackd_metadata_reports_total{outcome="replayed",phase="commission"} 1`,
+		`rackd_metadata_requests_total{endpoint="credential",outcome="granted"} 3`,
+		`rackd_metadata_requests_total{endpoint="credential",outcome="refused"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
@@ -395,16 +410,49 @@ func TestPhasesCorruptImage(t *testing.T) {
 	}
 }
 
-// A commissioning environment whose token is not the machine's fails the
+// An environment whose credential someone else claimed first is refused
+// at once (no retry), says so, and does nothing; the machine's events name
+// both claims. A report with a token that is not the machine's fails the
 // commissioning, with the reason in an event.
 func TestPhasesBadCredential(t *testing.T) {
 	l := newPhaseLab(t)
 	l.action("commission", api.ActionRequest{})
 	cl := l.cmdline()
-	tok := l.a.Store().PhaseToken(l.machine())
-	h, err := l.boot(strings.Replace(cl, "rackd.token="+tok, "rackd.token=forged", 1))
-	if err == nil || !strings.Contains(err.Error(), "rejected credential") || len(h.power.actions()) != 0 {
-		t.Fatalf("err %v actions %v\n%s", err, h.power.actions(), h.out.String())
+	var body bytes.Buffer
+	json.NewEncoder(&body).Encode(enlist.CredentialRequest{Machine: l.machine().ID, MAC: phaseMAC})
+	resp, err := http.Post(l.url+enlist.PathCredential, "application/json", &body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("first claim: %s", resp.Status)
+	}
+	h, err := l.boot(cl)
+	out := h.out.String()
+	if err == nil || !strings.HasPrefix(phaseLine(out), enlist.MarkerCredentialRefused) || !strings.Contains(out, "409 conflict") ||
+		!strings.Contains(out, "REFUSED") || len(h.power.actions()) != 0 || strings.Count(out, "claiming the") != 1 {
+		t.Fatalf("err %v actions %v\n%s", err, h.power.actions(), out)
+	}
+	if e := l.lastEvent(); e.Action != "credential-refused" || !strings.Contains(e.Reason, "already claimed by 127.0.0.1") {
+		t.Fatalf("event %+v", e)
+	}
+	if m := l.machine(); m.State != store.StateCommissioning {
+		t.Fatalf("state %s", m.State)
+	}
+
+	body.Reset()
+	json.NewEncoder(&body).Encode(enlist.Report{Machine: l.machine().ID, Error: "forged"})
+	req, _ := http.NewRequest(http.MethodPost, l.url+enlist.PathCommissioned, &body)
+	req.Header.Set("Authorization", "Bearer forged")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("forged token: %s", resp.Status)
 	}
 	if m := l.machine(); m.State != store.StateFailedCommissioning {
 		t.Fatalf("state %s", m.State)
@@ -413,9 +461,9 @@ func TestPhasesBadCredential(t *testing.T) {
 		t.Fatalf("event %+v", e)
 	}
 	// No credential at all: refused before anything changes.
-	var body bytes.Buffer
+	body.Reset()
 	json.NewEncoder(&body).Encode(enlist.Report{Machine: l.machine().ID})
-	resp, err := http.Post(l.url+enlist.PathCommissioned, "application/json", &body)
+	resp, err = http.Post(l.url+enlist.PathCommissioned, "application/json", &body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,9 +478,9 @@ func TestPhasesBadCredential(t *testing.T) {
 func FuzzPhaseArgs(f *testing.F) {
 	sha := strings.Repeat("ab", 32)
 	for _, s := range []string{
-		"rackd.mode=deploy rackd.machine=m-a rackd.token=t rackd.image=images/" + sha + " rackd.image_sha256=" + sha + " rackd.image_size=10",
-		"rackd.machine=m-a rackd.token=t rackd.image=../x rackd.image_sha256=zz rackd.image_size=-1",
-		`rackd.machine="m a" rackd.token= rackd.disk=vda`, "",
+		"rackd.mode=deploy rackd.machine=m-a rackd.image=images/" + sha + " rackd.image_sha256=" + sha + " rackd.image_size=10",
+		"rackd.machine=m-a rackd.image=../x rackd.image_sha256=zz rackd.image_size=-1",
+		`rackd.machine="m a" rackd.disk=vda`, "",
 	} {
 		f.Add(s, "deploy", "")
 		f.Add(s, "erase", "auto")
@@ -442,8 +490,8 @@ func FuzzPhaseArgs(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if p.machine == "" || p.token == "" {
-			t.Fatalf("accepted without machine or token: %+v", p)
+		if p.machine == "" || p.token != "" {
+			t.Fatalf("accepted without a machine, or took a token from the command line: %+v", p)
 		}
 		if mode == enlist.ModeDeploy && (p.img.Check() != nil || strings.Contains(p.image, "..") ||
 			strings.HasPrefix(p.image, "/") || p.image == "") {

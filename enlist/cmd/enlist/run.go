@@ -5,10 +5,11 @@
 // from the kernel command line (rackd.url=http://HOST:PORT) or -url.
 //
 // Booted by rackd with rackd.mode=commission, deploy or erase (and
-// rackd.machine=, rackd.token=), it does that phase's work instead: send
+// rackd.machine=), it claims the phase's credential from rackd (once, from
+// the address of its DHCP lease) and does that phase's work instead: send
 // the full inventory; stream the raw disk image of rackd.image= to the
 // disk, verifying rackd.image_sha256=; or wipe the first and last MiB of
-// the disks. It reports to rackd with the token and powers off, or
+// the disks. It reports to rackd with the credential and powers off, or
 // reboots into the deployed system.
 //
 // Every console line starts with "rackd-enlist: "; the final lines, which
@@ -163,7 +164,7 @@ func run1(ctx context.Context, args []string, sys system, say func(string, ...an
 
 	loadModules(sys, o.modulesFile, cmdline, say)
 	backoff := enlist.Backoff{Initial: time.Second, Max: o.retryMax, Attempt: o.attemptTimeout, Tries: o.tries}
-	nics, bootMAC, err := bringUpNetwork(ctx, sys, o, backoff, cmdline, say)
+	nics, bootMAC, leaseMAC, err := bringUpNetwork(ctx, sys, o, backoff, cmdline, say)
 	if err != nil {
 		return err
 	}
@@ -177,7 +178,7 @@ func run1(ctx context.Context, args []string, sys system, say func(string, ...an
 	var final string
 	var action enlist.Action
 	if mode != enlist.ModeEnlist {
-		final, action, err = runPhase(ctx, sys, phase, base, client, inv, say)
+		final, action, err = runPhase(ctx, sys, phase, leaseMAC, base, client, inv, say)
 	} else {
 		final, action, err = askRackd(ctx, client, inv, say)
 	}
@@ -232,11 +233,14 @@ func chooseMode(o options, cmdline string, say func(string, ...any)) (string, ph
 
 // bringUpNetwork waits for the interfaces and, unless -dhcp=false, gets a
 // lease on one. The boot MAC is BOOTIF= of the command line, else the
-// interface that got the lease ("" when neither says).
-func bringUpNetwork(ctx context.Context, sys system, o options, backoff enlist.Backoff, cmdline string, say func(string, ...any)) ([]inventory.NIC, string, error) {
-	nics, err := waitNICs(ctx, sys, o.nicWait, o.interfaces)
+// interface that got the lease ("" when neither says). The lease MAC is
+// the interface that got the lease, whose address the requests to rackd
+// come from; without DHCP it is the boot MAC, or the only interface.
+func bringUpNetwork(ctx context.Context, sys system, o options, backoff enlist.Backoff, cmdline string,
+	say func(string, ...any)) (nics []inventory.NIC, bootMAC, leaseMAC string, err error) {
+	nics, err = waitNICs(ctx, sys, o.nicWait, o.interfaces)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	names := make([]string, len(nics))
 	for i, n := range nics {
@@ -244,17 +248,22 @@ func bringUpNetwork(ctx context.Context, sys system, o options, backoff enlist.B
 	}
 	say("network interfaces: %s", strings.Join(names, " "))
 
-	bootMAC := inventory.BootMAC(cmdline)
+	bootMAC = inventory.BootMAC(cmdline)
+	leaseMAC = bootMAC
+	if leaseMAC == "" && len(nics) == 1 {
+		leaseMAC = nics[0].MAC
+	}
 	if o.dhcp {
 		nic, err := dhcp(ctx, sys, nics, o, backoff, say)
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 		if bootMAC == "" {
 			bootMAC = nic.MAC
 		}
+		leaseMAC = nic.MAC
 	}
-	return nics, bootMAC, nil
+	return nics, bootMAC, leaseMAC, nil
 }
 
 // takeInventory reads the machine's inventory, with the boot MAC first and
