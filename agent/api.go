@@ -88,6 +88,7 @@ func routes() []route {
 		{"GET /boot/", public, (*Agent).serveBoot},
 		{"GET /metadata/v1/whoami", public, (*Agent).whoami},
 		{"POST /metadata/v1/enlist", public, (*Agent).enlistMachine},
+		{"POST /metadata/v1/credential", public, (*Agent).claimCredential},
 		{"POST /metadata/v1/commissioned", public, (*Agent).reportCommissioned},
 		{"POST /metadata/v1/deployed", public, (*Agent).reportDeployed},
 		{"POST /metadata/v1/erased", public, (*Agent).reportErased},

@@ -92,7 +92,19 @@ type Config struct {
 		RateBurst      int     `toml:"rate_burst"`
 		MaxBodyBytes   int64   `toml:"max_body_bytes"`
 	} `toml:"enlist"`
+	Metadata struct {
+		CredentialBinding string `toml:"credential_binding"`
+	} `toml:"metadata"`
 }
+
+// The values of metadata.credential_binding.
+const (
+	// BindingDHCP grants a phase credential only to the source address of
+	// the claimed MAC's DHCP binding.
+	BindingDHCP = "dhcp"
+	// BindingNone grants it to any source address (still once per phase).
+	BindingNone = "none"
+)
 
 // DefaultConfig returns the embedded defaults.
 func DefaultConfig() Config {
@@ -199,6 +211,9 @@ func (c Config) Validate() error {
 		if u, err := url.Parse(c.DHCP.HTTPURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("dhcp.http_url %q: want http://HOST:PORT", c.DHCP.HTTPURL))
 		}
+	}
+	if b := c.Metadata.CredentialBinding; b != BindingDHCP && b != BindingNone {
+		errs = append(errs, fmt.Errorf("metadata.credential_binding %q: want %q or %q", b, BindingDHCP, BindingNone))
 	}
 	if c.Boot.DefaultFirst < 0 {
 		errs = append(errs, fmt.Errorf("boot.default_first %d is negative", c.Boot.DefaultFirst))

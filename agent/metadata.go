@@ -36,15 +36,18 @@ func newMetadataState(cfg Config) *metadataState {
 func newMetadataMetrics() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "metadata", Name: "requests_total",
-		Help: "Metadata requests of the enlistment environment, by endpoint (whoami, enlist) and outcome: " +
-			"the action answered (enlist, reboot, poweroff), created, already_known, or the refusal " +
-			"(bad_request, conflict, rate_limited, error).",
+		Help: "Metadata requests of the boot environments, by endpoint (whoami, enlist, credential) and outcome: " +
+			"the action answered (enlist, reboot, poweroff), created, already_known, granted (a credential), or the refusal " +
+			"(bad_request, refused, conflict, rate_limited, error).",
 	}, []string{"endpoint", "outcome"})
 	for _, o := range []string{"enlist", "reboot", "poweroff", "bad_request", "rate_limited", "error"} {
 		c.WithLabelValues("whoami", o)
 	}
 	for _, o := range []string{"created", "already_known", "bad_request", "conflict", "rate_limited", "error"} {
 		c.WithLabelValues("enlist", o)
+	}
+	for _, o := range []string{"granted", "refused", "conflict", "bad_request", "rate_limited", "error"} {
+		c.WithLabelValues("credential", o)
 	}
 	return c
 }

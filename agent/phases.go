@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,9 +21,10 @@ import (
 )
 
 // The phase reports of the commissioning, deploy and erase environments:
-// authenticated by the machine's phase credential, which rackd
-// puts on the environment's kernel command line (rackd.token=) and the
-// store checks and consumes (store/phases.go).
+// authenticated by the machine's phase credential, which the environment
+// claims once as it starts (POST /metadata/v1/credential, from the address
+// of its DHCP binding: store/credclaim.go) and the store checks and
+// consumes with the report (store/phases.go).
 
 // CredentialKeyFile is, inside the state directory, the key that derives
 // the machines' phase credentials. It lives outside the database so that a
@@ -133,7 +135,7 @@ func (a *Agent) phaseReport(w http.ResponseWriter, r *http.Request, phase string
 	if !ok || strings.TrimSpace(token) == "" {
 		outcome = "unauthorized"
 		writeError(w, http.StatusUnauthorized, api.CodeUnauthorized,
-			"missing credential: send Authorization: Bearer <rackd.token of the kernel command line>")
+			"missing credential: send Authorization: Bearer <the token POST "+enlist.PathCredential+" granted>")
 		return
 	}
 	var rep enlist.Report
@@ -159,6 +161,62 @@ func (a *Agent) phaseReport(w http.ResponseWriter, r *http.Request, phase string
 	a.log.Info("phase report", "phase", phase, "machine", m.ID, "hostname", m.Hostname, "state", m.State,
 		"outcome", outcome, "error", rep.Error, "source", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, reportAnswer(m))
+}
+
+// claimCredential is POST /metadata/v1/credential: the environment of a
+// machine in a phase claims the phase's credential, once, from the address
+// of its DHCP binding (unless metadata.credential_binding is "none"). The
+// store decides and records the claim, and the events of refusals, in one
+// transaction; the rate limit bounds how many refusals a stranger can make
+// it write.
+func (a *Agent) claimCredential(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+	if !a.limitMetadata(w, r, "credential") {
+		return
+	}
+	outcome := "error"
+	defer func() { a.metrics.metadata.WithLabelValues("credential", outcome).Inc() }()
+	var req enlist.CredentialRequest
+	r.Body = http.MaxBytesReader(w, r.Body, a.cfg.Enlist.MaxBodyBytes)
+	if a.decodeBody(w, r, &req, false) != nil {
+		outcome = "bad_request"
+		return
+	}
+	if err := req.Validate(); err != nil {
+		outcome = "bad_request"
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "invalid credential request: "+err.Error())
+		return
+	}
+	var src netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		src = ap.Addr().Unmap()
+	}
+	res, err := a.store.ClaimCredential(r.Context(), store.CredentialClaim{Machine: req.Machine, MAC: req.MAC, Source: src,
+		AnySource: a.cfg.Metadata.CredentialBinding == BindingNone})
+	switch store.CodeOf(err) {
+	case "":
+		if err != nil {
+			a.internalError(w, r, err)
+			return
+		}
+	case store.CodeForbidden:
+		outcome = "refused"
+		a.log.Warn("credential claim refused", "machine", req.Machine, "mac", req.MAC, "source", r.RemoteAddr)
+		writeError(w, http.StatusForbidden, api.CodeForbidden, err.Error())
+		return
+	case store.CodeConflict:
+		outcome = "conflict"
+		a.log.Warn("credential claimed again: refused", "machine", req.Machine, "mac", req.MAC, "source", r.RemoteAddr)
+		writeError(w, http.StatusConflict, api.CodeConflict, err.Error())
+		return
+	default:
+		a.storeError(w, r, err)
+		return
+	}
+	outcome = "granted"
+	m := res.Machine
+	a.log.Info("credential claimed", "phase", res.Phase, "machine", m.ID, "hostname", m.Hostname, "mac", req.MAC,
+		"source", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, enlist.Credential{Token: res.Token, Phase: res.Phase})
 }
 
 // reportRequest translates an environment's report of phase into the
