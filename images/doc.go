@@ -46,8 +46,8 @@
 // MaxFileSize bytes.
 //
 // cmdline holds the image's own kernel arguments. rackd boots the image
-// with its own arguments first (rackd.url, rackd.mode, rackd.machine,
-// rackd.token) and cmdline's after them, so an image can end with "--"
+// with its own arguments first (rackd.url, rackd.mode, rackd.machine and
+// a deployment's rackd.image*) and cmdline's after them, so an image can end with "--"
 // and arguments for init. It is at most MaxCmdline bytes of words made of
 // [A-Za-z0-9._~:/,=+@%-] separated by spaces; rackd.* and initrd= are
 // reserved (see CheckCmdline).
