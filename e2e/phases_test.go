@@ -380,6 +380,19 @@ func TestE2ECommissionDeployRelease(t *testing.T) {
 	if got := l.metric("rackd_phase_failures_total", `phase="deploy"`, `reason="reported"`); got != 1 {
 		t.Errorf("deploy failures reported: %v", got)
 	}
+	// Each environment claimed its phase credential (no boot config
+	// carries one) from the address of its DHCP lease, the default
+	// binding: commission, deploy, erase, deploy; none was refused.
+	for outcome, want := range map[string]float64{"granted": 4, "refused": 0, "conflict": 0} {
+		if got := l.metric("rackd_metadata_requests_total", `endpoint="credential"`, `outcome="`+outcome+`"`); got != want {
+			t.Errorf("credential claims %s: %v, want %v", outcome, got, want)
+		}
+	}
+	for _, phase := range []string{"commission", "deploy", "erase"} {
+		if !strings.Contains(v.text(), "claimed the "+phase+" credential") {
+			t.Errorf("the console does not show the %s environment claiming its credential", phase)
+		}
+	}
 	recordResult(t, "e2e_commission_s", commission.Seconds())
 	recordResult(t, "e2e_deploy_s", deploy.Seconds())
 }
