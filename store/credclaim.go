@@ -53,9 +53,6 @@ type ClaimedCredential struct {
 	Machine Machine
 }
 
-// ClaimActor is the actor of credential claim events.
-var ClaimActor = Actor{Name: "rackd/metadata"}
-
 // claimRefused is the one answer to a refused claim: it names nothing, so a
 // caller that has proved nothing learns nothing (not whether the machine
 // exists, is in a phase, has that MAC or what its binding is).
@@ -162,7 +159,7 @@ func (t *Tx) claimCredential(c CredentialClaim) (res ClaimedCredential, deny, er
 	}
 	cred := m.Credential
 	refuse := func(reason string, answer error) (ClaimedCredential, error, error) {
-		return ClaimedCredential{}, answer, t.addEvent(Event{Machine: m.ID, Actor: ClaimActor.Name,
+		return ClaimedCredential{}, answer, t.addEvent(Event{Machine: m.ID, Actor: ReportActor.Name,
 			Action: "credential-refused", Reason: reason})
 	}
 	switch claimRule(m, recs, c, t.now) {
@@ -186,7 +183,7 @@ func (t *Tx) claimCredential(c CredentialClaim) (res ClaimedCredential, deny, er
 	if err := t.putMachine(&m); err != nil {
 		return ClaimedCredential{}, nil, err
 	}
-	if err := t.addEvent(Event{Machine: m.ID, Actor: ClaimActor.Name, Action: "credential-claimed",
+	if err := t.addEvent(Event{Machine: m.ID, Actor: ReportActor.Name, Action: "credential-claimed",
 		Reason: fmt.Sprintf("%s credential claimed by %s (%s)", claimed.Phase, c.Source, c.MAC)}); err != nil {
 		return ClaimedCredential{}, nil, err
 	}
