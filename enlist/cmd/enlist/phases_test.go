@@ -537,7 +537,7 @@ func TestPhasesAutoCommission(t *testing.T) {
 // writer checks; wrong ones are refused with the argument named.
 func TestPhaseArgsImage(t *testing.T) {
 	sha, raw := strings.Repeat("ab", 32), strings.Repeat("cd", 32)
-	base := "rackd.machine=m-a rackd.token=t rackd.image=images/" + sha + " rackd.image_sha256=" + sha + " rackd.image_size=10"
+	base := "rackd.machine=m-a rackd.image=images/" + sha + " rackd.image_sha256=" + sha + " rackd.image_size=10"
 	for _, tc := range []struct {
 		args string
 		want deploy.Image
@@ -619,12 +619,13 @@ func TestDeployImageCompressed(t *testing.T) {
 		{"no room for the seed", "seeded", "images/a.zst", file, []enlist.Disk{{Name: "vdb", SizeBytes: 7 << 20}}, "no disk holds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl := fmt.Sprintf("rackd.machine=m-a rackd.token=%s rackd.image=%s rackd.image_sha256=%s rackd.image_size=%d rackd.image_format=zstd rackd.image_raw_size=%d rackd.image_raw_sha256=%s",
-				tc.token, tc.path, hexSum(tc.body), len(tc.body), len(raw), hexSum(raw))
+			cl := fmt.Sprintf("rackd.machine=m-a rackd.image=%s rackd.image_sha256=%s rackd.image_size=%d rackd.image_format=zstd rackd.image_raw_size=%d rackd.image_raw_sha256=%s",
+				tc.path, hexSum(tc.body), len(tc.body), len(raw), hexSum(raw))
 			p, err := parsePhaseArgs(enlist.ModeDeploy, cl, "")
 			if err != nil {
 				t.Fatal(err)
 			}
+			p.token = tc.token // as the claim would have granted it
 			diskPath := filepath.Join(t.TempDir(), "vdb")
 			var size int64
 			for _, d := range tc.disks {
