@@ -261,3 +261,44 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWrite is Write's rate for a raw and a zstd image into a disk
+// that keeps nothing: the pipeline and its digests, no disk. Under
+// emulation (qemu-x86_64 -cpu max, GODEBUG=cpu.X=off) it says which
+// instructions the deploy environment's rate depends on.
+func BenchmarkWrite(b *testing.B) {
+	raw := compressible(64 << 20)
+	for _, f := range []Format{FormatRaw, FormatZstd} {
+		b.Run(string(f), func(b *testing.B) {
+			file, img := raw, Image{Size: int64(len(raw)), SHA256: hexSHA(raw)}
+			if f != FormatRaw {
+				path, err := exec.LookPath("zstd")
+				if err != nil {
+					b.Skip(err)
+				}
+				cmd := exec.Command(path, "-c", "-q", "-3")
+				cmd.Stdin = bytes.NewReader(raw)
+				if file, err = cmd.Output(); err != nil {
+					b.Fatal(err)
+				}
+				img = Image{Format: f, Size: int64(len(file)), SHA256: hexSHA(file), RawSize: int64(len(raw))}
+			}
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if _, err := Write(context.Background(), bytes.NewReader(file), nullDisk{}, img, Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSHA256 is the digest alone, in Write's chunks.
+func BenchmarkSHA256(b *testing.B) {
+	buf := compressible(chunk)
+	b.SetBytes(int64(len(buf)))
+	h := sha256.New()
+	for b.Loop() {
+		h.Write(buf)
+	}
+}

@@ -240,7 +240,7 @@ func Write(ctx context.Context, r io.Reader, d Disk, img Image, opt Options) (Re
 func writeRaw(ctx context.Context, r io.Reader, d Disk, img Image, opt Options, prepare func([]byte) error, res *Result) ([]byte, error) {
 	size := img.Size
 	h := sha256.New()
-	head := make([]byte, min(HeadSize, size))
+	head := alignedBuf(int(min(HeadSize, size)))
 	t := time.Now()
 	if _, err := io.ReadFull(r, head); err != nil {
 		return nil, fmt.Errorf("read the image: %w after 0 of %d bytes", noEOF(err), size)
@@ -329,7 +329,7 @@ func writeCompressed(ctx context.Context, r io.Reader, d Disk, img Image, opt Op
 		rh = sha256.New()
 		sinks = append(sinks, hashSink(rh, &res.Hash))
 	}
-	head := make([]byte, min(HeadSize, size))
+	head := alignedBuf(int(min(HeadSize, size)))
 	t := time.Now()
 	if _, err := io.ReadFull(dec, head); err != nil {
 		res.Decompress += time.Since(t)
@@ -465,7 +465,7 @@ func pump(ctx context.Context, r io.Reader, off, end int64, size int, readTime *
 	}
 	free := make(chan []byte, depth)
 	for range depth {
-		free <- make([]byte, size)
+		free <- alignedBuf(size)
 	}
 	release := func(j job) {
 		if j.left.Add(-1) == 0 {
@@ -567,7 +567,7 @@ func Erase(d Disk, size int64) error {
 }
 
 func zero(d Disk, off, n int64) error {
-	_, err := d.WriteAt(make([]byte, n), off)
+	_, err := d.WriteAt(alignedBuf(int(n)), off)
 	return err
 }
 

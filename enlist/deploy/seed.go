@@ -104,7 +104,7 @@ func seedArea(seed []byte, imageSize, notBefore, end int64) (start, size int64, 
 
 // padded is the seed zero-padded to size bytes.
 func padded(seed []byte, size int64) []byte {
-	b := make([]byte, size)
+	b := alignedBuf(int(size))
 	copy(b, seed)
 	return b
 }
@@ -160,7 +160,7 @@ func planGPTSeed(g *gpt, head []byte, imageSize, diskSize int64, seed []byte) (*
 		patch{start, padded(seed, size)},
 		patch{int64(newEntries) * ss, bytes.Clone(g.entries)},
 		patch{int64(newAlt) * ss, g.headerSector(newAlt, 1, newEntries)})
-	p.head = bytes.Clone(head)
+	p.head = cloneAligned(head)
 	copy(p.head[ss:], g.headerSector(1, newAlt, g.entriesLBA))
 	copy(p.head[int64(g.entriesLBA)*ss:], g.entries)
 	// The protective MBR covers the whole disk, as far as 32 bits go.
@@ -173,6 +173,13 @@ func planGPTSeed(g *gpt, head []byte, imageSize, diskSize int64, seed []byte) (*
 		}
 	}
 	return p, nil
+}
+
+// cloneAligned is a copy of b in a buffer aligned for O_DIRECT writes.
+func cloneAligned(b []byte) []byte {
+	c := alignedBuf(len(b))
+	copy(c, b)
+	return c
 }
 
 func guidList(gs []GUID) []byte {
@@ -245,7 +252,7 @@ func planMBRSeed(head []byte, imageSize, diskSize int64, seed []byte) (*seedPlan
 	if (start+size)/512 > 0xFFFFFFFF {
 		return nil, &MBRError{fmt.Sprintf("the disk's end (%d bytes) is beyond the 2 TiB an MBR can address: use a GPT image, or a smaller disk (rackd.disk=)", diskSize)}
 	}
-	p := &seedPlan{placement: SeedPlacement{Table: "mbr", Partition: free + 1, Start: start, Size: size}, head: bytes.Clone(head)}
+	p := &seedPlan{placement: SeedPlacement{Table: "mbr", Partition: free + 1, Start: start, Size: size}, head: cloneAligned(head)}
 	b := p.head[446+16*free : 446+16*(free+1)]
 	// CHS fields say "use the LBA fields", as partitioners write beyond
 	// 8 GiB.

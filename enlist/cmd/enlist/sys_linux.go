@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"rackd/enlist/deploy"
 	"rackd/enlist/inventory"
 )
 
@@ -32,7 +33,7 @@ func realSystem() system {
 			if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 				return nil, fmt.Errorf("disk name %q", name)
 			}
-			return os.OpenFile("/dev/"+name, os.O_WRONLY, 0)
+			return deploy.OpenDisk("/dev/" + name)
 		},
 	}
 }
