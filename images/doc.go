@@ -78,8 +78,9 @@
 //
 // A compressed file is stored as it is, the blob that /boot/ serves: the
 // deploy environment decompresses while it writes. The import decompresses
-// it once, streaming, from the verified download in tmp/ before it becomes
-// a blob, to learn the raw size and SHA-256 the boot config passes on
+// it once, streaming, while it downloads (diskScan; the file becomes a
+// blob only once its own digest and the scan are both good), to learn the
+// raw size and SHA-256 the boot config passes on
 // (rackd.image_format, rackd.image_raw_size, rackd.image_raw_sha256), and
 // refuses a truncated or corrupt stream, a stream that holds a qcow2 or
 // another container rather than a raw image, one larger than MaxFileSize

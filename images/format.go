@@ -1,13 +1,13 @@
 package images
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/klauspost/compress/gzip"
@@ -126,18 +126,74 @@ type Disk struct {
 	From string
 }
 
-// scanCompressed decompresses the file at name, compressed in format, once,
-// streaming, and returns the raw size and SHA-256. It refuses a raw image
-// larger than MaxFileSize, a truncated or corrupt stream, and a compressed
-// file that holds not a raw disk image but another container (a compressed
-// qcow2, say). progress, if non-nil, gets the compressed bytes read so far.
-func scanCompressed(ctx context.Context, name, format string, progress func(int64)) (int64, string, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return 0, "", err
+// diskScan looks into a disk file while it downloads: importFile tees the
+// bytes it stages into it, and a goroutine sniffs the format and, for a
+// compressed file, decompresses and hashes the raw image as the bytes
+// arrive. The check so costs no second pass over the file (an import takes
+// as long as the slower of the download and the decompression, not their
+// sum), and a corrupt stream fails the download as soon as it shows.
+type diskScan struct {
+	pw   *io.PipeWriter
+	done chan struct{}
+	// Set by the goroutine before done closes.
+	format string
+	raw    int64
+	sum    string
+	err    error
+}
+
+func startDiskScan(ctx context.Context) *diskScan {
+	pr, pw := io.Pipe()
+	ds := &diskScan{pw: pw, done: make(chan struct{})}
+	go func() {
+		defer close(ds.done)
+		ds.format, ds.raw, ds.sum, ds.err = scanDisk(ctx, pr)
+		if ds.err != nil {
+			pr.CloseWithError(ds.err) // the download stops with the scan's error
+			return
+		}
+		io.Copy(io.Discard, pr) // what follows a raw or qcow2 file's head
+	}()
+	return ds
+}
+
+func (ds *diskScan) Write(p []byte) (int, error) { return ds.pw.Write(p) }
+
+// finish ends the stream, complete when err is nil, else failed with err,
+// and waits for the scan's result.
+func (ds *diskScan) finish(err error) error {
+	ds.pw.CloseWithError(err)
+	<-ds.done
+	return ds.err
+}
+
+// scanDisk reads a disk file from r: its format by its first bytes and,
+// when it is compressed, the raw image's size and SHA-256 (scanStream).
+func scanDisk(ctx context.Context, r io.Reader) (format string, raw int64, sum string, err error) {
+	head := make([]byte, sniffLen)
+	n, err := io.ReadFull(r, head)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return "", 0, "", err
 	}
-	defer f.Close()
-	cr := &countingReader{r: f, progress: progress}
+	head = head[:n]
+	if format, err = Sniff(head); err != nil {
+		return "", 0, "", fmt.Errorf("not a disk image rackd can deploy: %w", err)
+	}
+	switch format {
+	case FormatGzip, FormatXZ, FormatZstd:
+		raw, sum, err = scanStream(ctx, io.MultiReader(bytes.NewReader(head), r), format)
+		return format, raw, sum, err
+	}
+	return format, 0, "", nil
+}
+
+// scanStream decompresses r, compressed in format, streaming, and returns
+// the raw size and SHA-256. It refuses a raw image larger than
+// MaxFileSize, a truncated or corrupt stream, and a compressed file that
+// holds not a raw disk image but another container (a compressed qcow2,
+// say).
+func scanStream(ctx context.Context, r io.Reader, format string) (int64, string, error) {
+	cr := &countingReader{r: r}
 	zr, closeZ, err := decompressor(format, cr)
 	if err != nil {
 		return 0, "", fmt.Errorf("not a %s file: %w", format, err)
@@ -229,20 +285,4 @@ func (c *countingReader) Read(p []byte) (int, error) {
 		c.progress(c.n)
 	}
 	return n, err
-}
-
-// readHead reads the first sniffLen bytes of the file at name (fewer if it
-// is shorter).
-func readHead(name string) ([]byte, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	head := make([]byte, sniffLen)
-	n, err := io.ReadFull(f, head)
-	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
-		return nil, err
-	}
-	return head[:n], nil
 }

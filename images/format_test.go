@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // needTool fails the test when the peer program is missing where
@@ -149,8 +152,8 @@ func TestImportCompressedDisk(t *testing.T) {
 					if m.Files[0].Path != "disk.img.x" || blobs[0] != (Blob{sum(comp), int64(len(comp))}) {
 						t.Fatalf("blob %+v, want the compressed file's", blobs[0])
 					}
-					if len(steps) != 1 || !strings.Contains(steps[0], "decompressing "+tl.format) {
-						t.Errorf("steps %q", steps)
+					if len(steps) != 0 {
+						t.Errorf("steps %q: a compressed file is checked while it downloads", steps)
 					}
 				})
 			}
@@ -418,8 +421,8 @@ func FuzzSniff(f *testing.F) {
 	})
 }
 
-// A cancel while the import looks into a disk image (decompressing an xz,
-// converting a qcow2) stops it and leaves nothing behind.
+// A cancel while the import looks into a disk image (decompressing an xz
+// as it downloads, converting a qcow2) stops it and leaves nothing behind.
 func TestImportDiskCancelledInStep(t *testing.T) {
 	needTool(t, "xz", "xz-utils")
 	needTool(t, "qemu-img", "qemu-utils")
@@ -437,8 +440,8 @@ func TestImportDiskCancelledInStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, data := range map[string][]byte{"xz": compress(t, "xz", []string{"-c", "-T1"}, raw), "qcow2": qcow} {
-		for _, at := range []string{"decompressing", "converting", "compressing"} {
-			if name == "xz" && at != "decompressing" || name == "qcow2" && at == "decompressing" {
+		for _, at := range []string{"downloading", "converting", "compressing"} {
+			if name == "xz" && at != "downloading" {
 				continue
 			}
 			t.Run(name+" "+at, func(t *testing.T) {
@@ -447,7 +450,7 @@ func TestImportDiskCancelledInStep(t *testing.T) {
 				defer cancel()
 				_, _, err := ImportDir(ctx, s, writeImage(t, []imgFile{{path: "disk", role: RoleDisk, data: data}}), ImportOptions{
 					Progress: func(p Progress) {
-						if strings.HasPrefix(p.Step, at) {
+						if strings.HasPrefix(p.Step, at) || at == "downloading" && p.Done > 0 {
 							cancel()
 						}
 					}})
@@ -489,4 +492,39 @@ func TestImportConcatenatedStreams(t *testing.T) {
 		}
 		im.Release()
 	}
+}
+
+// A compressed disk image is checked as it downloads: a stream that is
+// corrupt from its first bytes fails the import at once, while the server
+// still holds the rest back, rather than after the whole download.
+func TestImportCorruptStreamFailsEarly(t *testing.T) {
+	bad := append([]byte("\x1f\x8b\x08\x00"), bytes.Repeat([]byte{0xff}, 256<<10)...)
+	full := append(bad, make([]byte, 1<<20)...)
+	img := writeImage(t, []imgFile{{path: "disk", role: RoleDisk, data: full}})
+	held := make(chan struct{})
+	t.Cleanup(func() { close(held) })
+	srv := imageServer(t, img, func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path != "/disk" {
+			return false
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(full)))
+		w.WriteHeader(200)
+		w.Write(bad)
+		w.(http.Flusher).Flush()
+		select { // the rest never comes while the import waits
+		case <-r.Context().Done():
+		case <-held:
+		}
+		return true
+	})
+	t.Cleanup(srv.CloseClientConnections)
+	s, sdir := mustOpen(t)
+	// The bound only keeps a broken import from hanging the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := importURL(ctx, t, s, srv.URL, ImportOptions{}, URLOptions{StallTimeout: time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "decompress gzip") || ctx.Err() != nil {
+		t.Fatalf("err = %v, want the gzip stream's error", err)
+	}
+	assertEmpty(t, sdir)
 }

@@ -38,8 +38,9 @@ type Progress struct {
 	// FilesDone of Files are stored.
 	FilesDone, Files int
 	// Step says what the import does with the file after its download,
-	// when it does something: checking a compressed disk image's content
-	// or converting a qcow2 one ("" while downloading).
+	// when it does something: converting a qcow2 disk image, compressing
+	// the conversion ("" while downloading; a compressed disk image is
+	// checked while it downloads).
 	Step string
 }
 
@@ -204,7 +205,22 @@ func importFile(ctx context.Context, s *Store, src Source, f File, step func(str
 	if f.SHA512 != "" {
 		r = &sha512Reader{r: rc, h: sha512.New(), want: f.SHA512}
 	}
+	var scan *diskScan
+	if f.Role == RoleDisk {
+		scan = startDiskScan(ctx)
+		r = io.TeeReader(r, scan)
+	}
 	st, err := s.stage(ctx, r, f.SHA256, f.Size, progress)
+	if scan != nil {
+		serr := scan.finish(err)
+		switch {
+		case err != nil && serr != nil && errors.Is(err, serr):
+			err = serr // the scan stopped the download: say why
+		case err == nil && serr != nil:
+			st.discard()
+			err = serr
+		}
+	}
 	if err != nil {
 		return File{}, "", Blob{}, false, err
 	}
@@ -212,7 +228,7 @@ func importFile(ctx context.Context, s *Store, src Source, f File, step func(str
 	rc.Close()
 	stored = f
 	if f.Role == RoleDisk {
-		d, conv, err := inspectDisk(ctx, s, st, f, step)
+		d, conv, err := inspectDisk(ctx, s, st, f, scan, step)
 		if err != nil {
 			return File{}, "", Blob{}, false, err
 		}
@@ -232,18 +248,12 @@ func importFile(ctx context.Context, s *Store, src Source, f File, step func(str
 	return stored, from, b, made, nil
 }
 
-// inspectDisk finds what the staged disk file st is and checks it against
-// what the manifest's f says. For a qcow2 file it returns the staged
-// conversion too.
-func inspectDisk(ctx context.Context, s *Store, st *staged, f File, step func(string)) (Disk, *staged, error) {
-	head, err := readHead(st.name)
-	if err != nil {
-		return Disk{}, nil, err
-	}
-	format, err := Sniff(head)
-	if err != nil {
-		return Disk{}, nil, fmt.Errorf("not a disk image rackd can deploy: %w", err)
-	}
+// inspectDisk checks what the scan found the staged disk file st to be
+// against what the manifest's f says. For a qcow2 file it returns the
+// staged conversion too.
+func inspectDisk(ctx context.Context, s *Store, st *staged, f File, scan *diskScan, step func(string)) (Disk, *staged, error) {
+	format := scan.format
+	var err error
 	if f.Format != "" && f.Format != format {
 		return Disk{}, nil, fmt.Errorf("the manifest says format %s, the file is %s (by its first bytes)", f.Format, describeFormat(format))
 	}
@@ -257,12 +267,7 @@ func inspectDisk(ctx context.Context, s *Store, st *staged, f File, step func(st
 			return Disk{}, nil, err
 		}
 	default:
-		step("decompressing " + format + " to check the raw image")
-		n, sum, err := scanCompressed(ctx, st.name, format, nil)
-		if err != nil {
-			return Disk{}, nil, err
-		}
-		d = Disk{Format: format, RawSize: n, RawSHA256: sum}
+		d = Disk{Format: format, RawSize: scan.raw, RawSHA256: scan.sum}
 	}
 	fail := func(err error) (Disk, *staged, error) {
 		if conv != nil {

@@ -400,8 +400,8 @@ type ImportJob struct {
 	// File is the manifest path of the file being copied.
 	File string `json:"file,omitempty"`
 	// Step says what the import does with File once it is downloaded,
-	// when it does something: decompressing a compressed disk image to
-	// check it, converting a qcow2 one.
+	// when it does something: converting a qcow2 disk image, compressing
+	// the conversion.
 	Step string `json:"step,omitempty"`
 	// BytesDone of BytesTotal (the sum of the manifest's sizes; 0 until
 	// the manifest is read) are stored; FilesDone of Files likewise.

@@ -64,8 +64,8 @@ name without its .img/.raw/.qcow2/.gz/.xz/.zst extensions) for --arch
 (default amd64).
 
 A compressed disk image is kept compressed (the deploy environment
-decompresses it while it writes); rackd decompresses it once at import to
-learn and check its raw size and digest. A qcow2 is converted with qemu-img
+decompresses it while it writes); rackd decompresses it once, while it
+downloads, to learn and check its raw size and digest. A qcow2 is converted with qemu-img
 (Debian's qemu-utils, on the rackd host) and stored as zstd; one with a
 backing file is refused.
 
