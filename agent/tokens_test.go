@@ -275,7 +275,21 @@ func TestQueuedRequestRevoked(t *testing.T) {
 		status, raw := ta.call(t, bob, "DELETE", "/api/v1/tokens/"+tk.ID, nil, nil)
 		revoked <- answer{status, raw}
 	})
-	waitQueued(t, ta, 2)
+	// The revocation is in force once the token is refused at the door:
+	// counting queued writes cannot tell the revocation's deletion from a
+	// background write (a power poll, a last-used touch), and releasing the
+	// commit before the token is marked dead would let the allocation
+	// through legitimately.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if status, _ := ta.call(t, tk.Token, "GET", "/api/v1/version", nil, nil); status == http.StatusUnauthorized {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the revoked token still authenticates after 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	close(release)
 	got := <-second
 	wantError(t, got.status, got.raw, http.StatusUnauthorized, api.CodeUnauthorized)
