@@ -27,9 +27,10 @@ func FuzzAPIBodies(f *testing.F) {
 		`{"power":{"username":"u","password":"p"},"tags":null,"zone":"z"}`,
 		`{"power":null,"hostname":"n2","cpu_count":null}`, `{"power":{"driver":"manual","x":1}}`,
 		`{"force":true,"reason":"r"}`,
+		`{"machine":"m-1","mac":"52:54:00:00:00:01"}`, `{"machine":"n1","mac":"52:54:00:00:00:01","x":1}`,
 		`{"a":1}`, `[]`, `null`, `"x"`, `{"hostname":1e999}`, `{"macs":[null]}`, "\x00\xff", ``,
 	} {
-		for path := range 9 {
+		for path := range 10 {
 			f.Add(uint8(path), []byte(seed))
 		}
 	}
@@ -60,6 +61,7 @@ func FuzzAPIBodies(f *testing.F) {
 		{"POST", "/api/v1/tokens"},
 		{"PATCH", "/api/v1/machines/n1"},
 		{"DELETE", "/api/v1/machines/n1"},
+		{"POST", "/metadata/v1/credential"},
 	}
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
 		target := targets[int(which)%len(targets)]
