@@ -92,6 +92,7 @@ func routes() []route {
 		{"POST /metadata/v1/commissioned", public, (*Agent).reportCommissioned},
 		{"POST /metadata/v1/deployed", public, (*Agent).reportDeployed},
 		{"POST /metadata/v1/erased", public, (*Agent).reportErased},
+		{"GET /metadata/v1/seed", public, (*Agent).serveSeed},
 		{"POST /metadata/v1/os/{token}/phone-home", public, (*Agent).osPhoneHome},
 		{"POST /metadata/v1/os/{token}/events", public, (*Agent).osEvents},
 	}

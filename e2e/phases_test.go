@@ -310,21 +310,37 @@ func TestE2ECommissionDeployRelease(t *testing.T) {
 		t.Errorf("machines show lacks the disk:\n%s", show)
 	}
 
-	// Deploy the good image: written, rebooted, booted from the disk.
+	// Deploy the good image: written with its seed, rebooted, booted from
+	// the disk; DEPLOYED once "the OS" reports.
 	l.cli("allocate", "--name", "vm1", "--agent-name", "e2e")
 	start = time.Now()
 	l.cli("machines", "deploy", "vm1", "--image", "e2e-raw")
-	m, _ = l.waitState(m.ID, "DEPLOYED", "FAILED_DEPLOYMENT")
+	m = l.waitImageWritten(m.ID)
 	deploy := time.Since(start)
 	v.waitConsole(osMarker, 1)
 	booted := time.Since(start)
-	if e := l.lastEvent(m.ID); !strings.Contains(e.Reason, goodSHA) {
-		t.Errorf("deploy event %+v", e)
+	if e := l.lastEvent(m.ID); e.Reason != "rebooting to disk" {
+		t.Errorf("last event once the image is written: %+v", e)
+	}
+	// The marker OS has no cloud-init: the test does what cloud-init's
+	// phone_home would, with the seed on the VM's disk.
+	if status := l.phoneHomeFromDisk(v, m.Deployment.InstanceID); status != http.StatusOK {
+		t.Fatalf("phone-home with the seed's URL: %d", status)
+	}
+	m, _ = l.waitState(m.ID, "DEPLOYED", "FAILED_DEPLOYMENT")
+	var evs []api.Event
+	l.call(http.StatusOK, "GET", "/api/v1/machines/"+m.ID+"/events", nil, &evs)
+	written := false
+	for _, e := range evs {
+		written = written || (strings.HasPrefix(e.Reason, "image written (") && strings.Contains(e.Reason, goodSHA))
+	}
+	if !written {
+		t.Errorf("no image written event naming %s: %+v", goodSHA, evs)
 	}
 	if !bytes.Equal(v.head()[:512], mustRead(t, filepath.Join(goodDir, "disk.img"))[:512]) {
 		t.Error("the VM's disk does not start with the image")
 	}
-	t.Logf("deployed in %.1fs (report), the OS on its disk printed its marker by %.1fs", deploy.Seconds(), booted.Seconds())
+	t.Logf("deployed in %.1fs (the image written reported), the OS on its disk printed its marker by %.1fs", deploy.Seconds(), booted.Seconds())
 	if mb, ok := consoleRate(v.text(), `wrote \d+ bytes to vda in [0-9.]+s \(([0-9.]+) MB/s\)`); ok {
 		t.Logf("image streamed to the VM's disk at %.1f MB/s (HTTP, sha256, write, fsync)", mb)
 		if i := strings.Index(v.text(), "time spent (overlapping)"); i >= 0 {
