@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -418,6 +420,106 @@ func FuzzDecodeUserData(f *testing.F) {
 			t.Fatalf("%d bytes accepted", len(b))
 		case err == nil && s != "" && base64.StdEncoding.EncodeToString(b) != strings.NewReplacer("\n", "", "\r", "").Replace(s):
 			t.Fatalf("%q decoded to %q, which does not encode back", s, b)
+		}
+	})
+}
+
+// TestRedeployKillsOSCredential: a retry from FAILED_DEPLOYMENT is a new
+// deployment, whose OS credential is new; the first one's phone-home is
+// refused and leaves the machine as it is.
+func TestRedeployKillsOSCredential(t *testing.T) {
+	f := newDeployFixture(t)
+	m := f.machine(t, "web1", "52:54:00:00:2e:01", f.alice)
+	deploy := func() api.Deployment {
+		var v api.Machine
+		if status, raw := f.call(t, f.alice, "POST", "/api/v1/machines/"+m.ID+"/deploy", api.ActionRequest{Image: "debian"}, &v); status != 200 || v.Deployment == nil {
+			t.Fatalf("deploy: %d %s", status, raw)
+		}
+		return *v.Deployment
+	}
+	first := deploy()
+	oldTok := f.seedToken(t, m.ID)
+	mm, _ := f.Store().Machine(m.ID)
+	body, _ := json.Marshal(enlist.Report{Machine: m.ID, Error: "no disk large enough"})
+	if status, raw := f.post(t, f.Store().PhaseToken(mm), "/metadata/v1/deployed", "application/json", body); status != 200 {
+		t.Fatalf("failure report: %d %s", status, raw)
+	}
+	second := deploy()
+	newTok := f.seedToken(t, m.ID)
+	if second.InstanceID == first.InstanceID || newTok == oldTok {
+		t.Fatalf("the redeploy kept the first deployment's identity: %s %s", first.InstanceID, second.InstanceID)
+	}
+	status, raw := f.phoneHome(t, oldTok, first.InstanceID)
+	wantError(t, status, raw, 403, api.CodeForbidden)
+	if got, _ := f.Store().Machine(m.ID); got.State != store.StateDeploying {
+		t.Fatalf("the first deployment's phone-home moved the machine to %s", got.State)
+	}
+	if status, raw := f.phoneHome(t, newTok, second.InstanceID); status != 200 {
+		t.Fatalf("the second deployment's phone-home: %d %s", status, raw)
+	}
+}
+
+// FuzzOSEndpoints: whatever a caller posts to the deployed OS's endpoints,
+// with the deployment's own credential or another, rackd answers without
+// a server error and the store keeps its invariants.
+func FuzzOSEndpoints(f *testing.F) {
+	for _, seed := range []string{
+		"instance_id=i-0&hostname=web1&fqdn=web1.example", "pub_key_rsa=ssh-rsa+AAAA&instance_id=%ZZ", "",
+		`{"name":"modules-final","description":"d","event_type":"finish","origin":"cloudinit","timestamp":1.5,"result":"FAIL"}`,
+		`{"name":1}`, `{"result":"WARN","files":[{"path":"/x","content":"eA==","encoding":"base64"}]}`, "\x00\xff", `[]`,
+	} {
+		for ep := range 2 {
+			f.Add(uint8(ep), true, []byte(seed))
+			f.Add(uint8(ep), false, []byte(seed))
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.StateDir = f.TempDir()
+	cfg.Enlist.RateLimit = 0
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() {
+		if err := a.Store().Check(); err != nil {
+			f.Errorf("invariants after fuzzing:\n%v", err)
+		}
+		a.Close()
+	})
+	ctx := f.Context()
+	m, err := a.store.CreateMachine(ctx, store.System, store.NewMachine{Hostname: "web1", MACs: []string{"52:54:00:00:3e:01"}, State: store.StateReady})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := a.store.Allocate(ctx, store.System, store.AllocateRequest{Name: "web1", AgentName: "a"}); err != nil {
+		f.Fatal(err)
+	}
+	if m, err = a.store.Deploy(ctx, store.System, store.DeployRequest{Machine: m.ID, Image: "debian"}); err != nil {
+		f.Fatal(err)
+	}
+	src, err := a.store.Seed(ctx, a.store.PhaseToken(m))
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := a.Handler()
+	f.Fuzz(func(t *testing.T, ep uint8, valid bool, body []byte) {
+		tok := src.OSToken
+		if !valid {
+			tok = m.ID + ".x"
+		}
+		path, ct := enlist.PathOSPrefix+tok+"/phone-home", "application/x-www-form-urlencoded"
+		if ep%2 == 1 {
+			path, ct = enlist.PathOSPrefix+tok+"/events", "application/json"
+		}
+		req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
+		}
+		if !valid && rec.Code != 403 && rec.Code != 400 {
+			t.Fatalf("a forged credential got %d %s", rec.Code, rec.Body)
 		}
 	})
 }

@@ -28,6 +28,7 @@ func FuzzAPIBodies(f *testing.F) {
 		`{"power":null,"hostname":"n2","cpu_count":null}`, `{"power":{"driver":"manual","x":1}}`,
 		`{"force":true,"reason":"r"}`,
 		`{"machine":"m-1","mac":"52:54:00:00:00:01"}`, `{"machine":"n1","mac":"52:54:00:00:00:01","x":1}`,
+		`{"image":"i","user_data":"I2Nsb3VkLWNvbmZpZwo=","ssh_keys":["ssh-ed25519 AAAA x"]}`, `{"user_data":"=="}`,
 		`{"a":1}`, `[]`, `null`, `"x"`, `{"hostname":1e999}`, `{"macs":[null]}`, "\x00\xff", ``,
 	} {
 		for path := range 10 {
