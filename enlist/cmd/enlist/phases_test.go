@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -295,17 +296,50 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 		!reflect.DeepEqual(h.power.actions(), []string{"reboot"}) {
 		t.Fatalf("final %q actions %v\n%s", got, h.power.actions(), h.out.String())
 	}
-	if !bytes.Equal(l.diskHead(len(l.raw)), l.raw) {
+	// The image, its partition table holding the seed's partition.
+	if head := l.diskHead(len(l.raw)); !bytes.Equal(head[:446], l.raw[:446]) || !bytes.Equal(head[510:], l.raw[510:]) {
 		t.Fatal("the disk does not hold the image")
 	}
-	if m := l.machine(); m.State != store.StateDeployed || m.Credential != nil {
-		t.Fatalf("after deploy: %s %+v", m.State, m.Credential)
+	// The seed was written with it: the machine boots its disk and waits
+	// for the OS to report.
+	if m := l.machine(); m.State != store.StateDeploying || m.DiskWritten.IsZero() {
+		t.Fatalf("after the image written: %s %v", m.State, m.DiskWritten)
 	}
-	if e := l.lastEvent(); !strings.Contains(e.Reason, "image raw written") || !strings.Contains(e.Reason, l.rawSHA) {
+	if e := l.lastEvent(); e.Reason != "rebooting to disk" {
 		t.Fatalf("event %+v", e)
 	}
 	if l.cmdline() != "" {
-		t.Fatal("a DEPLOYED machine is not told to boot from its disk")
+		t.Fatal("a machine whose image is written is not told to boot from its disk")
+	}
+	// The OS's cloud-init posts phone_home to the URL its seed gives
+	// (vendor-data is stored as is in the seed's FAT, so it is found in
+	// the disk's bytes): DEPLOYED.
+	disk, err := os.ReadFile(l.disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := regexp.MustCompile(`"(http://[^"\s]+/metadata/v1/os/[^"\s]+/phone-home)"`).FindSubmatch(disk)
+	if u == nil {
+		t.Fatal("no phone_home URL in the seed on the disk")
+	}
+	resp, err := http.PostForm(string(u[1]), url.Values{"instance_id": {"i-x"}, "hostname": {"node1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if m := l.machine(); resp.StatusCode != 200 || m.State != store.StateDeployed || m.Credential != nil {
+		t.Fatalf("after phone-home (%d): %s %+v", resp.StatusCode, m.State, m.Credential)
+	}
+	evs, err := l.a.Store().Events(l.machine().ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := false
+	for _, e := range evs {
+		written = written || (strings.HasPrefix(e.Reason, "image written (") && strings.Contains(e.Reason, l.rawSHA))
+	}
+	if !written {
+		t.Fatalf("no image written event naming the image's sha256: %+v", evs)
 	}
 
 	// Release with an erase: the erase environment wipes both ends of the
@@ -336,7 +370,7 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 	}
 
 	// Metrics per phase.
-	resp, err := http.Get(l.url + "/metrics")
+	resp, err = http.Get(l.url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
