@@ -312,9 +312,15 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 		t.Fatal("a machine whose image is written is not told to boot from its disk")
 	}
 	// The OS's cloud-init posts phone_home to the URL its seed gives
-	// (vendor-data is stored as is in the seed's FAT, so it is found in
-	// the disk's bytes): DEPLOYED.
-	disk, err := os.ReadFile(l.disk)
+	// (vendor-data is stored as is in the seed's FAT, in a partition at
+	// the disk's end, so it is found in the last MiBs' bytes): DEPLOYED.
+	df, err := os.Open(l.disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := make([]byte, 8<<20)
+	_, err = df.ReadAt(disk, diskBytes-int64(len(disk)))
+	df.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
