@@ -227,6 +227,20 @@ func (l *lab) startRackd(o labOptions) {
 	}
 	l.rackd = l.ns.Start(rackdBinary(l.t), "serve", "--config", cfgPath, "--state-dir", l.state,
 		"--listen", fmt.Sprintf("%s:%d", labServer, labHTTPPort), "--log-format", "json", "--log-level", "debug")
+	p := l.rackd
+	l.t.Cleanup(func() {
+		// A failed test may have waited on a rackd that stopped
+		// answering: SIGQUIT makes it print every goroutine's stack
+		// into its output (logged by netnstest) as it exits.
+		if l.t.Failed() {
+			select {
+			case <-p.Done():
+			default:
+				_ = p.Signal(syscall.SIGQUIT)
+				_ = p.Wait(10 * time.Second)
+			}
+		}
+	})
 	l.waitHealthy()
 }
 
