@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"rackd/agent/api"
+	"rackd/enlist"
 	"rackd/internal/netnstest"
 )
 
@@ -134,6 +135,7 @@ func newOSLab(t *testing.T, o labOptions, dirs ...string) *osLab {
 	img := enlistImage(t)
 	requirePhaseModes(t, img)
 	l := newLab(t, o)
+	requireSeedRoute(t, l)
 	l.importImage(img)
 	for _, d := range dirs {
 		l.importImage(d)
@@ -150,6 +152,22 @@ func newOSLab(t *testing.T, o labOptions, dirs ...string) *osLab {
 	l.waitObservedOff(m.ID)
 	t.Logf("commissioned in %.1fs", time.Since(start).Seconds())
 	return &osLab{lab: l, v: v, m: m}
+}
+
+// requireSeedRoute skips the test while this rackd has no seed endpoint
+// (an anonymous GET of it is refused when it exists, and a 404 when it does
+// not): without a seed the deployed OS cannot report, and the deployment
+// ends when its image is written.
+func requireSeedRoute(t *testing.T, l *lab) {
+	t.Helper()
+	resp, err := l.client.Get(l.url + enlist.PathSeed)
+	if err != nil {
+		t.Fatalf("GET %s: %v", enlist.PathSeed, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		t.Skipf("rackd answers GET %s with 404: it serves no NoCloud seed yet, so no deployed OS can report", enlist.PathSeed)
+	}
 }
 
 // streamRate is the rate of the last image the deploy environment wrote,
