@@ -245,9 +245,7 @@ func TestE2EDeployOS(t *testing.T) {
 	// the same address by itself.
 	l.restart(labOptions{deployingTimeout: opts.deployingTimeout, noDHCP: true})
 	bootID := mustSSH(t, l.ns, alicePriv, ip, "cat /proc/sys/kernel/random/boot_id")
-	if out, err := v.sim.Ipmitool(context.Background(), "chassis", "power", "cycle"); err != nil {
-		t.Fatalf("ipmitool chassis power cycle: %v\n%s", err, out)
-	}
+	l.cli("power", "cycle", "vm1", "--wait")
 	again := waitSSH(t, l.ns, alicePriv, ip, "cat /proc/sys/kernel/random/boot_id", nil)
 	if again == bootID {
 		t.Fatal("the VM did not reboot")
