@@ -174,6 +174,9 @@ func (t *Tx) reuse(actor Actor, req AllocateRequest, m Machine) (AllocateResult,
 		if err := t.putMachine(&m); err != nil {
 			return AllocateResult{}, err
 		}
+		if err := t.adoptDeployment(m.ID, a.Owner); err != nil {
+			return AllocateResult{}, err
+		}
 		err := t.addEvent(Event{Machine: m.ID, Actor: actor.Name, Action: "adopt",
 			Reason: fmt.Sprintf("from owner %s agent_name %s to owner %s agent_name %s",
 				prevOwner, quoteOrNone(prevAgent), actor.Name, quoteOrNone(req.AgentName))})

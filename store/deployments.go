@@ -222,6 +222,18 @@ func (t *Tx) endDeployment(id string) error {
 	return nil
 }
 
+// adoptDeployment gives m's deployment, if it has one, to the new owner of
+// its allocation (an adoption with the allocation token): the deployment,
+// and its user-data, follow the allocation.
+func (t *Tx) adoptDeployment(id, owner string) error {
+	d, found, err := t.deployment(id)
+	if err != nil || !found {
+		return err
+	}
+	d.Owner = owner
+	return t.put(bucketDeployments, []byte(id), d)
+}
+
 func (t *Tx) deployment(id string) (Deployment, bool, error) {
 	var d Deployment
 	found, err := t.get(bucketDeployments, []byte(id), &d)

@@ -479,3 +479,22 @@ func TestDeployWithoutSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAdoptDeployment: whoever adopts an allocation with its token gets its
+// deployment too; the previous owner no longer reads it.
+func TestAdoptDeployment(t *testing.T) {
+	s := storetest.New(t)
+	alice := withUser(t, s, "alice")
+	bob := withUser(t, s, "bob")
+	ready(t, s, "a1")
+	res := allocate(t, s, alice, "a1", "a")
+	deploy(t, s, alice, "a1", store.DeployRequest{UserData: []byte("x")})
+	if _, err := s.Allocate(context.Background(), bob, store.AllocateRequest{Name: "a1", AgentName: "b", Token: res.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.DeploymentOf(bob, "a1"); err != nil || d.Owner != "bob" {
+		t.Fatalf("the adopter's deployment: %+v %v", d, err)
+	}
+	_, err := s.UserData(alice, "a1")
+	wantCode(t, err, store.CodeForbidden)
+}
