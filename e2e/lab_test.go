@@ -332,7 +332,13 @@ func (l *lab) cli(args ...string) string {
 // cliAs is cli with another user's token.
 func (l *lab) cliAs(token string, args ...string) string {
 	l.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return l.cliFor(2*time.Minute, token, args...)
+}
+
+// cliFor is cliAs bounded by d.
+func (l *lab) cliFor(d time.Duration, token string, args ...string) string {
+	l.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	args = append(args, "--url", l.url, "--api-token", token)
 	out, err := l.ns.Exec(ctx, rackdBinary(l.t), args...)
@@ -346,7 +352,9 @@ func (l *lab) cliAs(token string, args ...string) string {
 func (l *lab) importImage(dir string) {
 	l.t.Helper()
 	start := time.Now()
-	l.cli("images", "import", dir)
+	// An import of a compressed disk decompresses it once to check it:
+	// minutes for an xz image of a GiB on a busy machine.
+	l.cliFor(10*time.Minute, l.token, "images", "import", dir)
 	l.t.Logf("imported %s in %v", dir, time.Since(start).Round(time.Millisecond))
 }
 
