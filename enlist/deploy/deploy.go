@@ -546,9 +546,11 @@ func noEOF(err error) error {
 	return err
 }
 
-// Erase zeroes the first and last MiB of a disk of size bytes (partition
-// tables at both ends, boot sectors, most file system superblocks) and
-// syncs: quick, and enough that the next user finds an empty disk.
+// Erase zeroes the first MiB of a disk of size bytes (partition table,
+// boot sectors, most file system superblocks) and its last TailSize (the
+// backup GPT and a deployment's seed partition, whose user-data must not
+// reach the next user), and syncs: quick, and enough that the next user
+// finds an empty disk.
 func Erase(d Disk, size int64) error {
 	if size <= 0 {
 		return fmt.Errorf("disk size %d: want a positive size", size)
@@ -557,6 +559,9 @@ func Erase(d Disk, size int64) error {
 	if err := zero(d, 0, n); err != nil {
 		return fmt.Errorf("erase the head: %w", err)
 	}
+	// The tail holds the backup GPT and the seed partition, whose
+	// user-data must not survive a release.
+	n = min(TailSize, size)
 	if err := zero(d, size-n, n); err != nil {
 		return fmt.Errorf("erase the tail: %w", err)
 	}

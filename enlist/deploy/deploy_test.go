@@ -163,15 +163,17 @@ func TestWriteDiskError(t *testing.T) {
 }
 
 func TestErase(t *testing.T) {
-	const disk = 5<<20 + 512
+	if TailSize < enlist.MaxSeed+2*MiB {
+		t.Fatalf("TailSize %d does not cover the largest seed (%d) with its alignment and the backup GPT", TailSize, enlist.MaxSeed)
+	}
+	const disk = 40<<20 + 512
 	f := fakeDisk(t, disk)
 	if err := Erase(f, disk); err != nil {
 		t.Fatal(err)
 	}
 	got := read(t, f)
-	zero := make([]byte, HeadSize)
-	if !bytes.Equal(got[:HeadSize], zero) || !bytes.Equal(got[disk-HeadSize:], zero) ||
-		!bytes.Equal(got[HeadSize:disk-HeadSize], bytes.Repeat([]byte{0xEE}, disk-2*HeadSize)) {
+	if !bytes.Equal(got[:HeadSize], make([]byte, HeadSize)) || !bytes.Equal(got[disk-TailSize:], make([]byte, TailSize)) ||
+		!bytes.Equal(got[HeadSize:disk-TailSize], bytes.Repeat([]byte{0xEE}, disk-TailSize-HeadSize)) {
 		t.Fatal("erase wrote the wrong bytes")
 	}
 	// A disk smaller than a MiB is wiped whole.

@@ -79,15 +79,36 @@ func planSeed(head []byte, imageSize, diskSize int64, seed []byte) (*seedPlan, e
 	if diskSize < imageSize {
 		return nil, fmt.Errorf("disk of %d bytes is smaller than the %d-byte image", diskSize, imageSize)
 	}
+	var p *seedPlan
 	if _, ok := hasGPT(head); ok {
 		g, err := parseGPT(head)
 		if err != nil {
 			return nil, fmt.Errorf("the image's partition table: %w", err)
 		}
-		return planGPTSeed(g, head, imageSize, diskSize, seed)
+		if p, err = planGPTSeed(g, head, imageSize, diskSize, seed); err != nil {
+			return nil, err
+		}
+	} else {
+		var err error
+		if p, err = planMBRSeed(head, imageSize, diskSize, seed); err != nil {
+			return nil, err
+		}
 	}
-	return planMBRSeed(head, imageSize, diskSize, seed)
+	// A previous deployment's seed (with its owner's user-data) may lie in
+	// the disk's tail before this one, when it was larger or the disk was
+	// not erased: the free space between the image's end and the new seed,
+	// within the tail, is zeroed first.
+	from := max(alignUp(imageSize, MiB), alignDown(diskSize-TailSize, MiB))
+	if to := p.placement.Start; to > from {
+		p.patches = append([]patch{{from, alignedBuf(int(to - from))}}, p.patches...)
+	}
+	return p, nil
 }
+
+// TailSize is the end of a disk that holds a deployment's seed partition
+// (at most enlist.MaxSeed, 1 MiB-aligned) and the backup GPT: Erase zeroes
+// it all, and a deploy zeroes what of it its own seed does not cover.
+const TailSize = 32 << 20
 
 // seedArea is where the seed partition goes: its size rounded up to a MiB,
 // ending at or before end (bytes, exclusive), aligned to a MiB, after the

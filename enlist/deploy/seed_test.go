@@ -194,6 +194,14 @@ func TestSeedGPT(t *testing.T) {
 			if !bytes.Equal(got[MiB:imgSize-33*512], img[MiB:imgSize-33*512]) || !bytes.Equal(got[imgSize-512:imgSize], make([]byte, 512)) {
 				t.Fatal("the image's body is not on the disk, or its old backup header is")
 			}
+			// What an earlier deployment left in the tail before this
+			// seed (its seed, its user-data) is zeroed; the free space
+			// before the tail is left alone.
+			tail := int64(diskSize - TailSize)
+			if !bytes.Equal(got[tail:want.Start], make([]byte, want.Start-tail)) ||
+				!bytes.Equal(got[imgSize:tail], bytes.Repeat([]byte{0xEE}, int(tail-imgSize))) {
+				t.Fatal("the disk's tail before the seed is not zeroed, or more than the tail is")
+			}
 			// growpart grows the root up to the seed, not over it.
 			out, err := exec.Command(tool(t, "growpart"), disk, "3").CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "CHANGED") {
