@@ -193,7 +193,9 @@ func (ns *NS) MAC(ifname string) net.HardwareAddr {
 // Exec runs a command inside ns ("ip netns exec") and returns its combined
 // output. ctx bounds it; it is killed when ctx ends.
 func (ns *NS) Exec(ctx context.Context, name string, args ...string) ([]byte, error) {
-	return command(ctx, "ip", append([]string{"netns", "exec", ns.Name, name}, args...)...)
+	// Only ctx bounds it (not the setup commands' cmdTimeout): a caller
+	// may run something long, an image import, on purpose.
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns.Name, name}, args...)...).CombinedOutput()
 }
 
 // MustExec is Exec with a 30-second bound that fails the test on error.
