@@ -442,6 +442,7 @@ ethernets:
 // image, and its time from power on to the first SSH command is the ideal a
 // deployment is measured against (bench/deployos).
 func TestE2EDebianLocalBoot(t *testing.T) {
+	requireDeployOS(t)
 	requireVM(t)
 	imgs := debianImage(t)
 	raw := diskFile(t, imgs.Raw)

@@ -98,6 +98,19 @@ func stickyIP(t *testing.T, m api.Machine) netip.Addr {
 	return netip.Addr{}
 }
 
+// requireDeployOS skips the tests that deploy and boot the Debian image
+// unless RACKD_E2E_DEPLOY_OS (make e2e-deploy-os) or RACKD_E2E_BENCH_OS
+// (make bench-deploy-os) is set: under TCG on two cores they take more
+// than a quarter of an hour together, over what make test's budget leaves
+// them, so make test runs the other real-VM tests and these run on their
+// own with their own timeout.
+func requireDeployOS(t *testing.T) {
+	t.Helper()
+	if os.Getenv("RACKD_E2E_DEPLOY_OS") == "" && os.Getenv("RACKD_E2E_BENCH_OS") == "" {
+		t.Skip("deploys and boots the Debian image (15+ minutes under TCG): make e2e-deploy-os runs it (RACKD_E2E_DEPLOY_OS=1)")
+	}
+}
+
 // deployOSImage is the Debian image directory the test imports: the
 // compressed one, or the raw one when RACKD_E2E_DEBIAN_RAW is set.
 func deployOSImage(t *testing.T, imgs debianImages, nocloud bool) string {
@@ -191,6 +204,7 @@ func (o *osLab) streamRate() (float64, bool) {
 // cloud-init is disabled: FAILED_DEPLOYMENT when the (shortened) deploying
 // timeout passes, with the reason. One VM across all of it.
 func TestE2EDeployOS(t *testing.T) {
+	requireDeployOS(t)
 	requireVM(t)
 	imgs := debianImage(t)
 	good, silent := deployOSImage(t, imgs, false), deployOSImage(t, imgs, true)
