@@ -22,13 +22,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"rackd/bench/internal/e2eresult"
 	"runtime"
 	"slices"
 	"strconv"
@@ -91,7 +91,7 @@ func run(reps, imageMB int, timeout time.Duration) error {
 				}
 			}
 		}
-		vals, err := readResults(results)
+		vals, err := e2eresult.Read(results)
 		if err != nil {
 			return fmt.Errorf("run %d: %w\n%s", i, err, out)
 		}
@@ -112,27 +112,4 @@ func run(reps, imageMB int, timeout time.Duration) error {
 	fmt.Printf("RESULT commission_s=%.1f deploy_s=%.1f stream_mb_s=%.1f curl_mb_s=%.1f ratio=%.2f reps=%d image_mb=%d accel=%s\n",
 		med("e2e_commission_s"), med("e2e_deploy_s"), stream, plain, stream/plain, reps, imageMB, accel)
 	return nil
-}
-
-// readResults reads the key=value lines written by the e2e test.
-func readResults(path string) (map[string]float64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("no result from the test: %w", err)
-	}
-	defer f.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), "=")
-		if !ok {
-			continue
-		}
-		x, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %q: %w", path, sc.Text(), err)
-		}
-		out[k] = x
-	}
-	return out, sc.Err()
 }

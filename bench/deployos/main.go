@@ -19,15 +19,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"rackd/bench/internal/e2eresult"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -76,7 +75,7 @@ func run(timeout time.Duration) error {
 			fmt.Println(strings.TrimSpace(line))
 		}
 	}
-	vals, err := readResults(results)
+	vals, err := e2eresult.Read(results)
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, out)
 	}
@@ -89,27 +88,4 @@ func run(timeout time.Duration) error {
 		vals["deploy_to_ssh_s"], vals["local_boot_to_ssh_s"], vals["deploy_to_ssh_s"]/vals["local_boot_to_ssh_s"],
 		vals["raw_stream_mb_s"], vals["zst_stream_mb_s"], vals["xz_stream_mb_s"], vals["image_mb"], accel)
 	return nil
-}
-
-// readResults reads the key=value lines written by the e2e test.
-func readResults(path string) (map[string]float64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("no result from the test: %w", err)
-	}
-	defer f.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), "=")
-		if !ok {
-			continue
-		}
-		x, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %q: %w", path, sc.Text(), err)
-		}
-		out[k] = x
-	}
-	return out, sc.Err()
 }
