@@ -62,13 +62,13 @@ bootloaders: build
 initramfs:
 	@bash scripts/initramfs.sh
 
-# enlist-image: build/initramfs/image unless it is there, for the e2e tests
-# (root only, as they are; RACKD_E2E_IMAGE names another). Built by the tests
-# themselves, its minutes (many on a loaded machine) would count against
-# their timeout.
+# enlist-image: build/initramfs/image unless it is there and was built from
+# this checkout's sources, for the e2e tests and benchmarks (root only, as they
+# are; RACKD_E2E_IMAGE names another). Built by the tests themselves, its
+# minutes (many on a loaded machine) would count against their timeout.
 enlist-image:
-	@if [ -z "$${RACKD_E2E_IMAGE:-}" ] && [ "$$(id -u)" -eq 0 ] && [ ! -f build/initramfs/image/rackd-image.json ]; then \
-		bash scripts/initramfs.sh; fi
+	@if [ -z "$${RACKD_E2E_IMAGE:-}" ] && [ "$$(id -u)" -eq 0 ]; then \
+		bash scripts/initramfs.sh --if-stale; fi
 
 ## image-debian: a bootable Debian 12 amd64 disk image from Debian's packages
 ##   (GRUB for BIOS and UEFI, cloud-init, OpenSSH's server) as deploy image
@@ -109,19 +109,19 @@ e2e-deploy-os: test-deps enlist-image debian-image
 
 ## bench-boot: wall time from a VM's start to a NEW machine (root, QEMU, TCG)
 ##   flags through BENCH_BOOT_FLAGS, e.g. make bench-boot BENCH_BOOT_FLAGS='-reps 3'
-bench-boot: test-deps
+bench-boot: test-deps enlist-image
 	$(GO) run ./bench/boot $(BENCH_BOOT_FLAGS)
 
 ## bench-deploy: commission and deploy wall times on a VM powered by ipmi_sim, and the image's
 ##   streaming rate to the VM's disk vs a plain download in the same environment (root, QEMU)
 ##   flags through BENCH_DEPLOY_FLAGS, e.g. make bench-deploy BENCH_DEPLOY_FLAGS='-reps 3 -image-mb 512'
-bench-deploy: test-deps
+bench-deploy: test-deps enlist-image
 	$(GO) run ./bench/deploy $(BENCH_DEPLOY_FLAGS)
 
 ## bench-deploy-os: deploy request to the first SSH command of the Debian image vs the
 ##   same OS powered on from the same VM's disk, and the image's stream rate raw, zstd and
 ##   xz (root, QEMU, ipmi_sim; builds the images when missing)
-bench-deploy-os: test-deps
+bench-deploy-os: test-deps enlist-image
 	$(GO) run ./bench/deployos $(BENCH_DEPLOY_OS_FLAGS)
 
 ## bench-alloc: allocation throughput vs raw fsync'd bbolt transactions

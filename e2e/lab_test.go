@@ -93,8 +93,11 @@ var (
 )
 
 // enlistImage returns the directory of the enlistment image (kernel,
-// initramfs, rackd-image.json), building it with `make initramfs` when it is
-// missing. RACKD_E2E_IMAGE names another directory.
+// initramfs, rackd-image.json), building it with scripts/initramfs.sh
+// --if-stale, which returns at once when the image there was built from this
+// checkout's sources and rebuilds it otherwise: an image left from an older
+// checkout carries an enlist client that may speak an older protocol.
+// RACKD_E2E_IMAGE names another directory.
 func enlistImage(t testing.TB) string {
 	t.Helper()
 	imageOnce.Do(func() {
@@ -104,21 +107,12 @@ func enlistImage(t testing.TB) string {
 		}
 		root := repoRoot(t)
 		imageDir = filepath.Join(root, "build", "initramfs", "image")
-		if _, err := os.Stat(filepath.Join(imageDir, "rackd-image.json")); err == nil {
-			return
-		}
-		make, err := exec.LookPath("make")
-		if err != nil {
-			imageErr = fmt.Errorf("the enlistment image is not built and make is missing: %w", err)
-			return
-		}
-		t.Logf("building the enlistment image: make initramfs (about a minute and a half)")
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, make, "initramfs")
+		cmd := exec.CommandContext(ctx, "bash", "scripts/initramfs.sh", "--if-stale")
 		cmd.Dir = root
-		// The build is a tree of processes (make, the script, go, cpio)
+		// The build is a tree of processes (the script, go, cpio)
 		// sharing the output pipe: at the deadline the whole group is
 		// killed, or the survivors keep building and hold the pipe open,
 		// and CombinedOutput waits on them past any test timeout.
@@ -127,10 +121,13 @@ func enlistImage(t testing.TB) string {
 		cmd.WaitDelay = 5 * time.Second
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			imageErr = fmt.Errorf("make initramfs: %v\n%s", err, out)
+			imageErr = fmt.Errorf("scripts/initramfs.sh --if-stale: %v\n%s", err, out)
 			return
 		}
-		t.Logf("make initramfs took %v", time.Since(start).Round(time.Second))
+		if len(out) == 0 {
+			return // up to date
+		}
+		t.Logf("built the enlistment image in %v", time.Since(start).Round(time.Second))
 	})
 	if imageErr != nil {
 		t.Fatal(imageErr)

@@ -10,6 +10,12 @@
 #                         dependencies, and depmod's files for just those
 #   OUT/image/            vmlinuz, initramfs.cpio.gz, rackd-image.json
 #
+# With --if-stale the build is skipped when OUT/image was built from the
+# same sources: this script, initramfs/, go.mod, go.sum, the module's Go
+# files the enlist client is built from, and the knobs below (their digest is
+# kept in OUT/source.key). An image left from an older checkout is rebuilt
+# rather than booted: its client may speak an older protocol.
+#
 # Environment: OUT (default build/initramfs), KERNEL_PKG (default: the
 # versioned package Debian's linux-image-amd64 depends on), ENLIST_PKG (the
 # uinit's Go package, default ./enlist/cmd/enlist), IMAGE_NAME (default
@@ -33,6 +39,30 @@ done
 [ -f initramfs/modules.txt ] || die "run from the repository root"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+
+# source_key: the digest of everything the image is built from.
+source_key() {
+	local files
+	files=$(go list -deps -f '{{if .Module}}{{if .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}
+{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}
+{{end}}{{end}}{{end}}' "$enlist_pkg") || die "go list $enlist_pkg failed"
+	{
+		printf '%s\n' "$enlist_pkg" "$image_name" "$cmdline" "${KERNEL_PKG:-}"
+		cat "${BASH_SOURCE[0]}" go.mod go.sum initramfs/*
+		printf '%s\n' "$files" | LC_ALL=C sort | grep . | while read -r f; do
+			printf '%s\n' "${f#"$PWD"/}"
+			cat "$f"
+		done
+	} | sha256sum | cut -c1-32
+}
+key=$(source_key)
+if [ "${1:-}" = --if-stale ]; then
+	if [ -f "$out/image/rackd-image.json" ] && [ "$(cat "$out/source.key" 2>/dev/null)" = "$key" ]; then
+		exit 0
+	fi
+	step "building: $out/image is missing or was built from other sources"
+fi
+rm -f "$out/source.key"
 
 # download PKG... into the current directory, refreshing the package lists
 # once if the versions they name are gone from the mirror.
@@ -168,3 +198,4 @@ entry() { # path role
 printf '%s\n' "$kver" >"$image/KERNEL_VERSION"
 step "done: $image ($(du -h "$image/initramfs.cpio.gz" | cut -f1) initramfs, kernel $kver)"
 step "  initramfs sha256 $(sha256sum "$image/initramfs.cpio.gz" | cut -c1-16)"
+printf '%s\n' "$key" >"$out/source.key"
