@@ -258,7 +258,10 @@ func TestE2EDeployOS(t *testing.T) {
 	// rackd's DHCP off, a reboot through the BMC: the OS comes back at
 	// the same address by itself.
 	l.restart(labOptions{deployingTimeout: opts.deployingTimeout, noDHCP: true})
-	bootID := mustSSH(t, l.ns, alicePriv, ip, "cat /proc/sys/kernel/random/boot_id")
+	// sync first: the cycle is a power cut, and what cloud-init wrote in
+	// the last half minute (the SSH host keys, say) is still in the page
+	// cache; a cut would leave those files empty and sshd refusing to start.
+	bootID := mustSSH(t, l.ns, alicePriv, ip, "sync; cat /proc/sys/kernel/random/boot_id")
 	l.cli("power", "cycle", "vm1", "--wait")
 	again := waitSSH(t, l.ns, alicePriv, ip, "cat /proc/sys/kernel/random/boot_id", nil)
 	if again == bootID {
@@ -392,7 +395,10 @@ func TestE2EDeployOSBench(t *testing.T) {
 	recordResult(t, "zst_stream_mb_s", zst)
 	// The same OS, on the same disk: powered off, then on (rackd answers
 	// the network boot with "boot the local disk", as it does for every
-	// DEPLOYED machine), to the first SSH command.
+	// DEPLOYED machine), to the first SSH command. sync first: the power
+	// off is a cut, and the files cloud-init wrote last (the SSH host keys)
+	// would come back empty.
+	mustSSH(t, l.ns, priv, ip, "sync")
 	l.cli("power", "off", "vm1", "--wait")
 	o.v.waitPower(false)
 	start := time.Now()
