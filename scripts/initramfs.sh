@@ -33,12 +33,18 @@ die() {
 	exit 1
 }
 
-for tool in apt-get dpkg-deb depmod gzip sha256sum go; do
+for tool in apt-get dpkg-deb depmod gzip sha256sum go flock; do
 	command -v "$tool" >/dev/null || die "$tool not found (depmod is in Debian's kmod package; make test-deps installs it)"
 done
 [ -f initramfs/modules.txt ] || die "run from the repository root"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# One build at a time per OUT: two test processes may ask at once.
+exec 9>"$out/.lock"
+if ! flock -n 9; then
+	step "waiting for another build in $out (lock $out/.lock)"
+	flock 9
+fi
 
 # source_key: the digest of everything the image is built from.
 source_key() {
