@@ -2,8 +2,11 @@ package deploy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+
+	"rackd/internal/gpt"
 )
 
 // The seed partition. The deploy environment adds a partition holding
@@ -80,8 +83,8 @@ func planSeed(head []byte, imageSize, diskSize int64, seed []byte) (*seedPlan, e
 		return nil, fmt.Errorf("disk of %d bytes is smaller than the %d-byte image", diskSize, imageSize)
 	}
 	var p *seedPlan
-	if _, ok := hasGPT(head); ok {
-		g, err := parseGPT(head)
+	if _, ok := gpt.Detect(head); ok {
+		g, err := gpt.Parse(head)
 		if err != nil {
 			return nil, fmt.Errorf("the image's partition table: %w", err)
 		}
@@ -130,47 +133,47 @@ func padded(seed []byte, size int64) []byte {
 	return b
 }
 
-func planGPTSeed(g *gpt, head []byte, imageSize, diskSize int64, seed []byte) (*seedPlan, error) {
-	ss := int64(g.sector)
+func planGPTSeed(g *gpt.Table, head []byte, imageSize, diskSize int64, seed []byte) (*seedPlan, error) {
+	ss := int64(g.Sector)
 	diskLBAs := uint64(diskSize / ss)
-	es := g.entrySectors()
-	if diskLBAs < es+2 || diskLBAs-1-es-1 < g.lastUsable {
-		return nil, fmt.Errorf("the image's GPT uses LBAs up to %d, the disk has %d", g.lastUsable, diskLBAs)
+	es := g.EntrySectors()
+	if diskLBAs < es+2 || diskLBAs-1-es-1 < g.LastUsable {
+		return nil, fmt.Errorf("the image's GPT uses LBAs up to %d, the disk has %d", g.LastUsable, diskLBAs)
 	}
 	newAlt := diskLBAs - 1
 	newEntries := newAlt - es
 	newLastUsable := newEntries - 1
 	free := -1
-	var uniques []GUID
-	for i := range g.numEntries {
-		e := g.entry(i)
-		if !e.used() {
+	var uniques []gpt.GUID
+	for i := range g.NumEntries {
+		e := g.Entry(i)
+		if !e.Used() {
 			if free < 0 {
 				free = int(i)
 			}
 			continue
 		}
 		uniques = append(uniques, e.Unique)
-		if e.name() == SeedPartitionName && e.Type == BasicDataGUID {
+		if e.Label() == SeedPartitionName && e.Type == gpt.BasicDataGUID {
 			return nil, gptErr("the image already has a %s partition (%d)", SeedPartitionName, i+1)
 		}
 	}
 	if free < 0 {
-		return nil, gptErr("all %d partition entries are used: no room for the %s partition", g.numEntries, SeedPartitionName)
+		return nil, gptErr("all %d partition entries are used: no room for the %s partition", g.NumEntries, SeedPartitionName)
 	}
-	start, size, err := seedArea(seed, imageSize, int64(g.lastUsed()+1)*ss, int64(newLastUsable+1)*ss)
+	start, size, err := seedArea(seed, imageSize, int64(g.LastUsed()+1)*ss, int64(newLastUsable+1)*ss)
 	if err != nil {
 		return nil, err
 	}
-	unique := seedGUID(g.diskGUID, seed, 0)
-	for salt := 1; unique == g.diskGUID || bytes.Contains(guidList(uniques), unique[:]); salt++ {
-		unique = seedGUID(g.diskGUID, seed, salt)
+	unique := seedGUID(g.DiskGUID, seed, 0)
+	for salt := 1; unique == g.DiskGUID || bytes.Contains(guidList(uniques), unique[:]); salt++ {
+		unique = seedGUID(g.DiskGUID, seed, salt)
 	}
-	oldAlt := g.alternate
-	g.setEntry(uint32(free), gptEntry{Type: BasicDataGUID, Unique: unique, First: uint64(start / ss),
-		Last: uint64((start+size)/ss - 1), Name: entryName(SeedPartitionName)})
-	g.lastUsable = newLastUsable
-	g.alternate = newAlt
+	oldAlt := g.Alternate
+	g.SetEntry(uint32(free), gpt.Entry{Type: gpt.BasicDataGUID, Unique: unique, First: uint64(start / ss),
+		Last: uint64((start+size)/ss - 1), Name: gpt.EntryName(SeedPartitionName)})
+	g.LastUsable = newLastUsable
+	g.Alternate = newAlt
 	p := &seedPlan{placement: SeedPlacement{Table: "gpt", Partition: free + 1, Start: start, Size: size}}
 	// The image's own backup header, now in the free space before the
 	// seed: zeroed, so that nothing finds a stale table there.
@@ -179,11 +182,11 @@ func planGPTSeed(g *gpt, head []byte, imageSize, diskSize int64, seed []byte) (*
 	}
 	p.patches = append(p.patches,
 		patch{start, padded(seed, size)},
-		patch{int64(newEntries) * ss, bytes.Clone(g.entries)},
-		patch{int64(newAlt) * ss, g.headerSector(newAlt, 1, newEntries)})
+		patch{int64(newEntries) * ss, bytes.Clone(g.Entries)},
+		patch{int64(newAlt) * ss, g.HeaderSector(newAlt, 1, newEntries)})
 	p.head = cloneAligned(head)
-	copy(p.head[ss:], g.headerSector(1, newAlt, g.entriesLBA))
-	copy(p.head[int64(g.entriesLBA)*ss:], g.entries)
+	copy(p.head[ss:], g.HeaderSector(1, newAlt, g.EntriesLBA))
+	copy(p.head[int64(g.EntriesLBA)*ss:], g.Entries)
 	// The protective MBR covers the whole disk, as far as 32 bits go.
 	if mbrSigned(head) {
 		for i := range 4 {
@@ -203,7 +206,7 @@ func cloneAligned(b []byte) []byte {
 	return c
 }
 
-func guidList(gs []GUID) []byte {
+func guidList(gs []gpt.GUID) []byte {
 	var b []byte
 	for _, g := range gs {
 		b = append(b, g[:]...)
@@ -283,3 +286,22 @@ func planMBRSeed(head []byte, imageSize, diskSize int64, seed []byte) (*seedPlan
 	p.patches = []patch{{start, padded(seed, size)}}
 	return p, nil
 }
+
+// seedGUID is the CIDATA partition's unique GUID: derived from the disk's
+// GUID and the seed (which holds the deployment's own instance-id), so
+// the same deployment gets the same GUID and two deployments do not; a
+// version 4 (random) GUID in form.
+func seedGUID(disk gpt.GUID, seed []byte, salt int) gpt.GUID {
+	h := sha256.New()
+	fmt.Fprintf(h, "rackd CIDATA partition %d\x00", salt)
+	h.Write(disk[:])
+	h.Write(seed)
+	var g gpt.GUID
+	copy(g[:], h.Sum(nil))
+	g[7] = g[7]&0x0f | 0x40 // version 4, in the little-endian third field
+	g[8] = g[8]&0x3f | 0x80 // RFC 4122 variant
+	return g
+}
+
+// gptErr is a GPT the seed cannot be added to.
+func gptErr(format string, a ...any) error { return &gpt.Error{Msg: fmt.Sprintf(format, a...)} }

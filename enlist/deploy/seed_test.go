@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"rackd/internal/gpt"
 )
 
 // These tests make disk images with sfdisk, write them with a seed made
@@ -179,7 +181,7 @@ func TestSeedGPT(t *testing.T) {
 				t.Fatalf("sfdisk --json: %+v", tab)
 			}
 			p := tab.Partitions[3]
-			if p.Name != "CIDATA" || p.Type != BasicDataGUID.String() || p.Start*512 != want.Start || p.Size*512 != want.Size {
+			if p.Name != "CIDATA" || p.Type != gpt.BasicDataGUID.String() || p.Start*512 != want.Start || p.Size*512 != want.Size {
 				t.Fatalf("CIDATA partition %+v", p)
 			}
 			for _, o := range tab.Partitions[:3] {
@@ -356,25 +358,25 @@ func FuzzPlanSeed(f *testing.F) {
 			}
 			return
 		}
-		g, err := parseGPT(p.head)
+		g, err := gpt.Parse(p.head)
 		if err != nil {
 			t.Fatalf("the edited GPT does not parse: %v", err)
 		}
-		ss := int64(g.sector)
-		e := g.entry(uint32(pl.Partition - 1))
-		if e.Type != BasicDataGUID || e.name() != SeedPartitionName || int64(e.First)*ss != pl.Start || int64(e.Last+1)*ss != pl.Start+pl.Size ||
-			g.alternate != uint64(diskSize/ss-1) || g.lastUsable < e.Last {
-			t.Fatalf("seed entry %+v, alternate %d, last usable %d on a disk of %d bytes", e, g.alternate, g.lastUsable, diskSize)
+		ss := int64(g.Sector)
+		e := g.Entry(uint32(pl.Partition - 1))
+		if e.Type != gpt.BasicDataGUID || e.Label() != SeedPartitionName || int64(e.First)*ss != pl.Start || int64(e.Last+1)*ss != pl.Start+pl.Size ||
+			g.Alternate != uint64(diskSize/ss-1) || g.LastUsable < e.Last {
+			t.Fatalf("seed entry %+v, alternate %d, last usable %d on a disk of %d bytes", e, g.Alternate, g.LastUsable, diskSize)
 		}
 		backup := p.patches[len(p.patches)-1]
 		entries := p.patches[len(p.patches)-2]
-		if backup.off != int64(g.alternate)*ss || !bytes.Equal(entries.b, g.entries) {
+		if backup.off != int64(g.Alternate)*ss || !bytes.Equal(entries.b, g.Entries) {
 			t.Fatalf("backup at %d, entries at %d", backup.off, entries.off)
 		}
-		h := backup.b[:len(g.header)]
+		h := backup.b[:binary.LittleEndian.Uint32(backup.b[12:])]
 		le := binary.LittleEndian
-		if headerCRC(h) != le.Uint32(h[gptHeaderCRC:]) || le.Uint64(h[24:]) != g.alternate || le.Uint64(h[32:]) != 1 ||
-			le.Uint64(h[72:])*uint64(ss) != uint64(entries.off) || le.Uint32(h[gptEntriesCRC:]) != crc32.ChecksumIEEE(entries.b) {
+		if gpt.HeaderCRC(h) != le.Uint32(h[gpt.HeaderCRCOffset:]) || le.Uint64(h[24:]) != g.Alternate || le.Uint64(h[32:]) != 1 ||
+			le.Uint64(h[72:])*uint64(ss) != uint64(entries.off) || le.Uint32(h[gpt.EntriesCRCOffset:]) != crc32.ChecksumIEEE(entries.b) {
 			t.Fatal("the backup header does not check")
 		}
 	})
@@ -383,7 +385,7 @@ func FuzzPlanSeed(f *testing.F) {
 // fixCRCs recomputes the CRC32s of a GPT in head where its fields let
 // them be found.
 func fixCRCs(head []byte) {
-	ss, ok := hasGPT(head)
+	ss, ok := gpt.Detect(head)
 	if !ok {
 		return
 	}
@@ -391,9 +393,9 @@ func fixCRCs(head []byte) {
 	le := binary.LittleEndian
 	lba, n, size := le.Uint64(sec[72:]), uint64(le.Uint32(sec[80:])), uint64(le.Uint32(sec[84:]))
 	if lba < uint64(len(head)) && n*size <= uint64(len(head)) && lba*uint64(ss)+n*size <= uint64(len(head)) {
-		le.PutUint32(sec[gptEntriesCRC:], crc32.ChecksumIEEE(head[lba*uint64(ss):lba*uint64(ss)+n*size]))
+		le.PutUint32(sec[gpt.EntriesCRCOffset:], crc32.ChecksumIEEE(head[lba*uint64(ss):lba*uint64(ss)+n*size]))
 	}
-	if hs := le.Uint32(sec[12:]); hs >= gptMinHeader && hs <= uint32(ss) {
-		le.PutUint32(sec[gptHeaderCRC:], headerCRC(sec[:hs]))
+	if hs := le.Uint32(sec[12:]); hs >= 92 && hs <= uint32(ss) {
+		le.PutUint32(sec[gpt.HeaderCRCOffset:], gpt.HeaderCRC(sec[:hs]))
 	}
 }
