@@ -84,7 +84,9 @@ func TestParseConfig(t *testing.T) {
 		check             func(Config) bool
 	}{
 		{name: "static", in: "[management]\nmode = \"static\"\naddress = \"192.0.2.10/24\"\ngateway = \"192.0.2.1\"\ndns = [\"192.0.2.53\"]\n",
-			check: func(c Config) bool { return c.Management.Address == "192.0.2.10/24" && c.Management.DNS[0] == "192.0.2.53" }},
+			check: func(c Config) bool {
+				return c.Management.Address == "192.0.2.10/24" && c.Management.DNS[0] == "192.0.2.53"
+			}},
 		{name: "window", in: "[health]\nwindow = \"90s\"\n[log]\nmax_mb = 1\nkeep = 0\n",
 			check: func(c Config) bool { return c.HealthWindow() == 90*time.Second && c.Log.MaxMB == 1 && c.Log.Keep == 0 }},
 		{name: "rack", in: "[rack]\ninterfaces = [\"eth1\", \"eth2\"]\naddresses = { eth2 = \"10.43.0.1/24\" }\n",
