@@ -2,8 +2,8 @@
 // being PID 1: the kernel command line, the init's own configuration, the
 // partitions found by name, the data partition's first-boot defaults,
 // rackd's supervision (backoff, log rotation) and its health check. The
-// program that does it all on the appliance is appliance/cmd/rackd-init;
-// docs/APPLIANCE.md describes the boot.
+// program that does it all on the appliance is appliance/cmd/rackd-init,
+// whose documentation describes the boot step by step.
 package boot
 
 import (
