@@ -558,3 +558,46 @@ func TestWaitHealthy(t *testing.T) {
 		t.Fatalf("WaitHealthy of an unhealthy rackd: %v", err)
 	}
 }
+
+func TestRackSubnet(t *testing.T) {
+	for _, tc := range []struct{ in, cidr, lo, hi, err string }{
+		{in: "10.42.0.1/24", cidr: "10.42.0.0/24", lo: "10.42.0.100", hi: "10.42.0.199"},
+		{in: "10.42.7.9/16", cidr: "10.42.0.0/16", lo: "10.42.0.100", hi: "10.42.0.199"},
+		{in: "192.168.5.1/26", cidr: "192.168.5.0/26", lo: "192.168.5.32", hi: "192.168.5.62"},
+		{in: "10.0.0.1/31", err: "want an IPv4 network"},
+		{in: "2001:db8::1/64", err: "want an IPv4 network"},
+	} {
+		cidr, lo, hi, err := RackSubnet(netip.MustParsePrefix(tc.in))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("RackSubnet(%s): %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || cidr.String() != tc.cidr || lo.String() != tc.lo || hi.String() != tc.hi {
+			t.Errorf("RackSubnet(%s) = %s %s-%s, %v", tc.in, cidr, lo, hi, err)
+		}
+	}
+}
+
+func TestImageDirs(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"enlist-amd64", "bootloaders/amd64", "bootloaders/grub-amd64", "empty"} {
+		os.MkdirAll(filepath.Join(dir, d), 0o755)
+		if d != "empty" {
+			os.WriteFile(filepath.Join(dir, d, "rackd-image.json"), []byte("{}"), 0o644)
+		}
+	}
+	got, err := ImageDirs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel []string
+	for _, g := range got {
+		r, _ := filepath.Rel(dir, g)
+		rel = append(rel, r)
+	}
+	if strings.Join(rel, " ") != "bootloaders/amd64 bootloaders/grub-amd64 enlist-amd64" {
+		t.Fatalf("ImageDirs = %v", rel)
+	}
+}
