@@ -99,15 +99,15 @@ func stickyIP(t *testing.T, m api.Machine) netip.Addr {
 }
 
 // requireDeployOS skips the tests that deploy and boot the Debian image
-// unless RACKD_E2E_DEPLOY_OS (make e2e-deploy-os) or RACKD_E2E_BENCH_OS
-// (make bench-deploy-os) is set: under TCG on two cores they take more
-// than a quarter of an hour together, over what make test's budget leaves
-// them, so make test runs the other real-VM tests and these run on their
-// own with their own timeout.
+// unless RACKD_E2E_DEPLOY_OS (make test's second go test, make
+// e2e-deploy-os) or RACKD_E2E_BENCH_OS (make bench-deploy-os) is set: under
+// TCG on two cores they spend most of a quarter hour in QEMU, so make test
+// runs them in a go test of their own beside the rest of the suite
+// (scripts/test-unit.sh) rather than in its package e2e run.
 func requireDeployOS(t *testing.T) {
 	t.Helper()
 	if os.Getenv("RACKD_E2E_DEPLOY_OS") == "" && os.Getenv("RACKD_E2E_BENCH_OS") == "" {
-		t.Skip("deploys and boots the Debian image (15+ minutes under TCG): make e2e-deploy-os runs it (RACKD_E2E_DEPLOY_OS=1)")
+		t.Skip("deploys and boots the Debian image (10+ minutes under TCG): make test runs it in a go test of its own beside this one (RACKD_E2E_DEPLOY_OS=1), as does make e2e-deploy-os")
 	}
 }
 
