@@ -343,4 +343,31 @@ func TestApplianceBoots(t *testing.T) {
 		st.LastUpdate == nil || !strings.Contains(st.LastUpdate.Reason, "not bound") {
 		t.Fatalf("status after the failed try: %+v %+v", st, st.LastUpdate)
 	}
+
+	// 4. A factory reset asked for in the GRUB environment (rackd
+	// appliance reset): a new data partition, a new token, the defaults
+	// and the slot's images again; the request is cleared.
+	r.setEnv(t, map[string]string{"rackd_good": "b", "rackd_reset": "1"})
+	out, code = r.boot(t, box, "rackd.slot=b", "ok", "admin token:", exitRackd)
+	if code != appliance.ExitReboot {
+		t.Fatalf("exit code %d:\n%s", code, out)
+	}
+	for _, want := range []string{"factory reset: formatting the data partition vda5", "made an ext4 file system",
+		"created the rack subnet 10.42.0.0/24", "imported rackd-enlist/amd64"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("console lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "grew the data partition") {
+		t.Error("the data partition was grown again")
+	}
+	if env := r.env(t); env["rackd_reset"] != "" || env["rackd_good"] != "b" {
+		t.Errorf("grubenv after the reset: %v", env)
+	}
+	if t3, _ := os.ReadFile(r.path("data/state/admin.token")); len(t3) == 0 || string(t3) == string(token) {
+		t.Errorf("the admin token after a factory reset: %q (before: %q)", t3, token)
+	}
+	if st := r.status(t); st.LastUpdate != nil || st.Slot(appliance.SlotB).State != appliance.StateGood {
+		t.Errorf("status after a factory reset: %+v", st)
+	}
 }

@@ -36,8 +36,9 @@
 //
 // Outside PID 1 (tests), -root DIR prefixes every path (proc, sys, dev,
 // run, etc, slot, esp, data), -mount=false takes slot, esp and data as
-// directories already there, and -reboot=false exits instead of
-// rebooting.
+// directories already there (a format of the data partition empties
+// ROOT/data, as a new file system would be), and -reboot=false exits with
+// code 100 instead of rebooting.
 //
 // Every console line starts with "rackd-init: ".
 package main

@@ -320,8 +320,14 @@ func (s *initState) prepareData(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("data partition %s: %w", dev, err)
 	}
+	// GRUB turns rackd_reset=1 into rackd.factory_reset=1 and clears it; a
+	// GRUB that could not save its environment leaves it set, and it still
+	// asks for the reset (once: it is cleared below).
+	envPath := s.path("esp/grub/grubenv")
+	env, envErr := appliance.ReadEnvFile(envPath)
+	resetInEnv := envErr == nil && appliance.ResetRequested(env)
 	switch {
-	case s.cmdline.FactoryReset:
+	case s.cmdline.FactoryReset || resetInEnv:
 		s.say("factory reset: formatting the data partition %s", dataPart.Dev)
 		s.first = true
 	case !hasFS:
@@ -335,7 +341,21 @@ func (s *initState) prepareData(ctx context.Context) error {
 		if err := boot.Format(ctx, s.o.mke2fs, dev); err != nil {
 			return err
 		}
+		if !s.o.mount {
+			// ROOT/data stands for the new file system: empty.
+			if err := emptyDir(s.path("data")); err != nil {
+				return err
+			}
+		}
 		s.say("made an ext4 file system (label %s) on %s", boot.DataLabel, dataPart.Dev)
+		if resetInEnv {
+			if _, err := appliance.UpdateEnvFile(envPath, func(e *appliance.Env) error {
+				e.Unset(appliance.EnvReset)
+				return nil
+			}); err != nil {
+				s.say("GRUB environment: clear %s: %v", appliance.EnvReset, err)
+			}
+		}
 	}
 	if err := s.mount(dev, "data", "ext4", false); err != nil {
 		return err
@@ -562,44 +582,49 @@ func (s *initState) serve(ctx context.Context, rot *boot.RotatingFile, outcome a
 			return s.shutdown(false)
 		case err := <-healthDone:
 			healthDone = nil
-			if err != nil {
-				if done, code, rerr := s.unhealthy(err, sup, tail, outcome, window); done {
-					stopSup()
-					<-supDone
-					return code, rerr
-				}
+			if err == nil {
+				s.healthy(ctx, port, outcome)
 				continue
 			}
-			s.healthy(ctx, port, outcome)
+			why := s.whyUnhealthy(err, sup, tail)
+			if outcome != appliance.BootTrial {
+				// The slot is the good one: there is nothing to fall
+				// back to, so rackd keeps being restarted, and the
+				// subnet, images and banner follow once it is healthy.
+				s.say("rackd is not healthy %s after boot: %s", window, why)
+				healthDone = make(chan error, 1)
+				go func() {
+					healthDone <- boot.WaitHealthy(healthCtx, client, boot.HealthURL(port), time.Now(), 100*365*24*time.Hour, s.o.healthPoll)
+				}()
+				continue
+			}
+			s.say("trial of slot %s failed: not healthy within %s: %s", s.booted, window, why)
+			statusPath := s.data.Path(boot.StatusFile)
+			st, err := appliance.LoadStatus(statusPath)
+			if err != nil {
+				st = appliance.Status{}
+			}
+			st = appliance.RecordTrialFailed(st, s.booted, why, time.Now().UTC())
+			if err := appliance.SaveStatus(statusPath, st); err != nil {
+				s.say("status file: %v", err)
+			}
+			// rackd stops before the file systems it writes are
+			// unmounted.
+			stopSup()
+			<-supDone
+			return s.shutdown(true)
 		}
 	}
 }
 
-// unhealthy handles rackd not healthy within the window. On a trial boot
-// it records why and reboots (done); otherwise rackd keeps running and
-// being restarted.
-func (s *initState) unhealthy(err error, sup *boot.Supervisor, tail *boot.Tail, outcome appliance.BootOutcome, window time.Duration) (done bool, code int, rerr error) {
+// whyUnhealthy is the status file's reason for a rackd that did not become
+// healthy: how often it exited and its last lines, else /healthz's answer.
+func (s *initState) whyUnhealthy(err error, sup *boot.Supervisor, tail *boot.Tail) string {
 	why := err.Error()
 	if n, last := sup.Exits(); n > 0 {
 		why = fmt.Sprintf("rackd exited %d times (last: %s): %s", n, last, tail.String())
 	}
-	why = oneLine(why)
-	if outcome != appliance.BootTrial {
-		s.say("rackd is not healthy %s after boot: %s", window, why)
-		return false, 0, nil
-	}
-	s.say("trial of slot %s failed: not healthy within %s: %s", s.booted, window, why)
-	statusPath := s.data.Path(boot.StatusFile)
-	st, lerr := appliance.LoadStatus(statusPath)
-	if lerr != nil {
-		st = appliance.Status{}
-	}
-	st = appliance.RecordTrialFailed(st, s.booted, why, time.Now().UTC())
-	if err := appliance.SaveStatus(statusPath, st); err != nil {
-		s.say("status file: %v", err)
-	}
-	code, rerr = s.shutdown(true)
-	return true, code, rerr
+	return oneLine(why)
 }
 
 // healthy: a trial slot becomes the good one; the rack subnet and the
@@ -711,6 +736,22 @@ func (s *initState) shutdown(reboot bool) (int, error) {
 	}
 	s.say("rebooting")
 	return 0, s.sys.Reboot()
+}
+
+func emptyDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
