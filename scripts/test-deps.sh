@@ -40,6 +40,9 @@ sha256sum coreutils
 ssh openssh-client
 mmdebstrap mmdebstrap
 mkfs.ext4 e2fsprogs
+e2fsck e2fsprogs
+dumpe2fs e2fsprogs
+dnsmasq dnsmasq-base
 LIST
 # file -> the Debian package that has it (firmware the VM tests boot)
 while read -r file pkg; do
