@@ -601,3 +601,24 @@ func TestImageDirs(t *testing.T) {
 		t.Fatalf("ImageDirs = %v", rel)
 	}
 }
+
+func TestWatchdogPet(t *testing.T) {
+	boot := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	w := Watchdog{Boot: boot, Window: 5 * time.Minute, Grace: 2 * time.Minute}
+	at := func(d time.Duration) time.Time { return boot.Add(d) }
+	for _, tc := range []struct {
+		now, healthy time.Time
+		want         bool
+	}{
+		{at(time.Minute), time.Time{}, true},       // coming up
+		{at(5*time.Minute - 1), time.Time{}, true}, // still in the window
+		{at(5 * time.Minute), time.Time{}, false},  // never healthy
+		{at(10 * time.Minute), at(9 * time.Minute), true},
+		{at(10 * time.Minute), at(8 * time.Minute), true},
+		{at(10 * time.Minute), at(7 * time.Minute), false}, // wedged
+	} {
+		if got := w.Pet(tc.now, tc.healthy); got != tc.want {
+			t.Errorf("Pet(%s, healthy %s) = %v, want %v", tc.now.Sub(boot), tc.healthy, got, tc.want)
+		}
+	}
+}

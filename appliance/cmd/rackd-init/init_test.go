@@ -223,8 +223,12 @@ func TestApplianceBoots(t *testing.T) {
 		}
 	}
 
-	// 1. First boot, the trial of slot b (GRUB saved rackd_tries=0).
+	// 1. First boot, the trial of slot b (GRUB saved rackd_tries=0), with
+	// a watchdog device (a file here: it takes the pets, not the timeout).
 	r.setEnv(t, map[string]string{"rackd_good": "a", "rackd_try": "b", "rackd_tries": "0"})
+	if err := os.WriteFile(r.path("dev/watchdog"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out, code := r.boot(t, box, "rackd.slot=b rackd.trial=1", "ok", "admin token:", exitRackd)
 	if code != appliance.ExitReboot {
 		t.Fatalf("exit code %d, want %d (reboot):\n%s", code, appliance.ExitReboot, out)
@@ -257,6 +261,12 @@ func TestApplianceBoots(t *testing.T) {
 	if t.Failed() {
 		t.Fatalf("console:\n%s", out)
 	}
+	// Petted while coming up, and disarmed (the magic close) as the init
+	// exits without a reboot.
+	if wd, _ := os.ReadFile(r.path("dev/watchdog")); len(wd) < 2 || wd[0] != 0 || wd[len(wd)-1] != 'V' || !strings.Contains(out, "watchdog armed") {
+		t.Fatalf("the watchdog got %q", wd)
+	}
+	os.Remove(r.path("dev/watchdog"))
 	if out, err := exec.Command(tool(t, "sfdisk"), "--verify", r.path("dev/vda")).CombinedOutput(); err != nil {
 		t.Fatalf("sfdisk --verify after the grow: %v\n%s", err, out)
 	}

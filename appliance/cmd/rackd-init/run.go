@@ -102,6 +102,8 @@ type initState struct {
 	// closeLog stops the init's and rackd's output going to the data
 	// partition's log, before it is unmounted.
 	closeLog func()
+	// disarmWatchdog stops petting the hardware watchdog and disarms it.
+	disarmWatchdog func()
 }
 
 // path is p under the root.
@@ -562,6 +564,7 @@ func (s *initState) serve(ctx context.Context, rot *boot.RotatingFile, outcome a
 		window = s.cmdline.HealthWindow
 	}
 	port := listenPort(s.data.Path(boot.RackdConfigFile))
+	s.disarmWatchdog = s.startWatchdog(ctx, start, window, port)
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	defer stopHealth()
 	healthDone := make(chan error, 1)
@@ -727,6 +730,11 @@ func (s *initState) shutdown(reboot bool) (int, error) {
 		}
 	}
 	s.sys.Sync()
+	// Before a reboot the watchdog stays armed: a reboot that hangs is
+	// reset by the hardware.
+	if s.disarmWatchdog != nil && (!reboot || !s.o.reboot) {
+		s.disarmWatchdog()
+	}
 	if !reboot {
 		return 0, nil
 	}
