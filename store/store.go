@@ -441,6 +441,13 @@ func (s *Store) migrate() error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("database %s has schema %d and needs migrating to %d: open it read-write once", s.path, have, SchemaVersion)
 	}
+	// A rollback to the rackd that wrote the old schema needs a database it
+	// can open (rollback.go). A new database (schema 0) has nothing to keep.
+	if have > 0 {
+		if err := s.keepSchemaCopy(have); err != nil {
+			return err
+		}
+	}
 	// All migrations run in one transaction: a crash leaves the old schema.
 	return s.db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
