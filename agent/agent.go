@@ -84,6 +84,12 @@ type Agent struct {
 	// commitHook, when set, runs after every commit on the store's
 	// committer goroutine (tests hold the committer with it).
 	commitHook atomic.Pointer[func()]
+	// applianceMu lets one appliance update or reset run at a time;
+	// exitReq is the exit a request asked for (requestExit), stopServe
+	// what makes a running Serve stop for it.
+	applianceMu sync.Mutex
+	exitReq     atomic.Pointer[ExitRequest]
+	stopServe   atomic.Pointer[context.CancelCauseFunc]
 }
 
 // onCommit is told about every commit of the store.
@@ -248,6 +254,12 @@ func (a *Agent) ensureAdmin() error {
 // api.shutdown_timeout to finish, queued writes are committed, the store is
 // closed. Serve closes the store: an Agent serves once.
 func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	a.stopServe.Store(&stop)
+	if e := a.exitReq.Load(); e != nil {
+		stop(e)
+	}
 	srv := &http.Server{
 		Handler:           a.Handler(),
 		ReadHeaderTimeout: time.Duration(a.cfg.API.ReadTimeout),
@@ -317,6 +329,14 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	err := g.Wait()
 	err = errors.Join(err, a.closeAll())
 	a.log.Info("rackd stopped")
+	// Stopped for a request's exit (an appliance reboot): the caller exits
+	// with its code, the store closed by now.
+	if e := a.exitReq.Load(); e != nil && errors.Is(context.Cause(ctx), e) {
+		if err != nil {
+			return errors.Join(e, err)
+		}
+		return e
+	}
 	return err
 }
 

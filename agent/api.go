@@ -71,6 +71,9 @@ func routes() []route {
 		{"POST /api/v1/users/{name}/ssh-keys", user, (*Agent).addSSHKey},
 		{"DELETE /api/v1/users/{name}/ssh-keys/{id}", user, (*Agent).deleteSSHKey},
 		{"GET /api/v1/backup", admin, (*Agent).backup},
+		{"POST /api/v1/appliance/update", admin, (*Agent).applianceUpdate},
+		{"GET /api/v1/appliance/status", admin, (*Agent).applianceStatus},
+		{"POST /api/v1/appliance/reset", admin, (*Agent).applianceReset},
 		{"GET /api/v1/subnets", user, (*Agent).listSubnets},
 		{"POST /api/v1/subnets", admin, (*Agent).createSubnet},
 		{"GET /api/v1/ips", user, (*Agent).listAddresses},
@@ -352,12 +355,12 @@ func machineFields(m store.Machine) api.Machine {
 }
 
 func (a *Agent) health(w http.ResponseWriter, r *http.Request, _ store.Actor) {
-	// A read transaction proves the database answers.
-	if _, err := a.store.HasUsers(); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "database unavailable: " + err.Error(), Version: Version})
+	h := a.readiness()
+	if len(h.NotReady) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, h)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: Version})
+	writeJSON(w, http.StatusOK, h)
 }
 
 func (a *Agent) serveMetrics(w http.ResponseWriter, r *http.Request, _ store.Actor) {

@@ -95,6 +95,9 @@ type Config struct {
 	Metadata struct {
 		CredentialBinding string `toml:"credential_binding"`
 	} `toml:"metadata"`
+	Appliance struct {
+		Descriptor string `toml:"descriptor"`
+	} `toml:"appliance"`
 }
 
 // The values of metadata.credential_binding.

@@ -35,6 +35,13 @@ const (
 	CodeNoSubnet           = "no_subnet"
 	CodeExhausted          = "exhausted"
 	CodeRateLimited        = "rate_limited"
+	// The appliance's update and reset routes.
+	CodeNotAnAppliance  = "not_an_appliance"
+	CodeBundleInvalid   = "bundle_invalid"
+	CodeBundleSignature = "bundle_signature"
+	CodeBundleRefused   = "bundle_refused"
+	CodeDowngrade       = "downgrade"
+	CodeFetchFailed     = "fetch_failed"
 )
 
 // PowerParams are what an operator gives to reach a machine's BMC. Username and
@@ -255,10 +262,73 @@ type Event struct {
 	Reason  string    `json:"reason,omitempty"`
 }
 
-// Health is the body of GET /healthz.
+// Health is the body of GET /healthz. Status is "ok", or what is not
+// ready, in words; NotReady lists the same one item at a time.
 type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
+	// Store is "ok" or why the database does not answer.
+	Store string `json:"store,omitempty"`
+	// DHCPInterfaces are the configured DHCP interfaces, DHCPBound those
+	// being served.
+	DHCPInterfaces []string `json:"dhcp_interfaces,omitempty"`
+	DHCPBound      []string `json:"dhcp_bound,omitempty"`
+	NotReady       []string `json:"not_ready,omitempty"`
+}
+
+// ApplianceSlot is one system slot of the appliance.
+type ApplianceSlot struct {
+	Version string `json:"version,omitempty"`
+	Build   int64  `json:"build,omitempty"`
+	// State is good, trying, failed, empty or unknown.
+	State string `json:"state"`
+	// Device is the slot's block device.
+	Device string `json:"device,omitempty"`
+}
+
+// ApplianceUpdate is the last update and its result: armed, good, failed
+// or refused.
+type ApplianceUpdate struct {
+	Version  string     `json:"version,omitempty"`
+	Build    int64      `json:"build,omitempty"`
+	Slot     string     `json:"slot,omitempty"`
+	Started  time.Time  `json:"started"`
+	Finished *time.Time `json:"finished,omitempty"`
+	Result   string     `json:"result"`
+	Reason   string     `json:"reason,omitempty"`
+}
+
+// ApplianceStatus is the body of GET /api/v1/appliance/status, and of a
+// successful update or reset.
+type ApplianceStatus struct {
+	// Version and Build are the running rackd's; Booted its slot, Trial
+	// whether this boot is an update's trial not yet marked good.
+	Version string `json:"version"`
+	Build   int64  `json:"build"`
+	Booted  string `json:"booted"`
+	Trial   bool   `json:"trial"`
+	// GoodSlot is the slot GRUB falls back to; NextBoot the slot the next
+	// boot starts, NextBootTrial whether as a trial.
+	GoodSlot       string                   `json:"good_slot"`
+	NextBoot       string                   `json:"next_boot"`
+	NextBootTrial  bool                     `json:"next_boot_trial"`
+	ResetRequested bool                     `json:"reset_requested"`
+	Slots          map[string]ApplianceSlot `json:"slots"`
+	LastUpdate     *ApplianceUpdate         `json:"last_update,omitempty"`
+	// Rebooting says rackd is stopping so that the appliance reboots
+	// (after an update was armed or a factory reset requested).
+	Rebooting bool `json:"rebooting,omitempty"`
+}
+
+// ApplianceUpdateRequest is the JSON body of POST /api/v1/appliance/update
+// that has rackd fetch the bundle itself (the other body is the bundle).
+type ApplianceUpdateRequest struct {
+	URL string `json:"url"`
+}
+
+// ApplianceResetRequest is the body of POST /api/v1/appliance/reset.
+type ApplianceResetRequest struct {
+	Confirm bool `json:"confirm"`
 }
 
 // Version is the body of GET /api/v1/version.

@@ -100,6 +100,19 @@ type Server struct {
 	acks    sync.WaitGroup
 	// conns are the sockets served, for their kernel drop counters.
 	conns atomic.Pointer[[]Conn]
+	// bound are the names of the interfaces served while ServeConns runs
+	// (Bound).
+	bound atomic.Pointer[[]string]
+}
+
+// Bound is the interfaces whose sockets are being served: empty before
+// Serve has opened them all, and again once it returned. A health check
+// reads it to know the DHCP service is up on every configured interface.
+func (s *Server) Bound() []string {
+	if b := s.bound.Load(); b != nil {
+		return *b
+	}
+	return nil
 }
 
 // dropCounter is a socket that knows how many packets the kernel dropped
@@ -221,6 +234,12 @@ func (s *Server) ServeConns(ctx context.Context, conns []Conn) error {
 		s.log.Info("dhcp: serving", "interface", c.In.Name, "addr", c.In.Addr, "local", c.PC.LocalAddr())
 	}
 	s.conns.Store(&conns)
+	names := make([]string, 0, len(conns))
+	for _, c := range conns {
+		names = append(names, c.In.Name)
+	}
+	s.bound.Store(&names)
+	defer s.bound.Store(nil)
 
 	var workers sync.WaitGroup
 	for range s.cfg.Workers {

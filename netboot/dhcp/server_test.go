@@ -380,3 +380,32 @@ func TestNewRegistersOnce(t *testing.T) {
 		t.Fatal("Serve with nothing configured")
 	}
 }
+
+// Bound names the served interfaces while the server runs, and nothing
+// before or after: a health check reads it.
+func TestServerBound(t *testing.T) {
+	srv, err := dhcp.New(dhcp.Config{}, dhcptest.New(subnets()...), nil, bootCfg, nil, prometheus.NewPedanticRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := srv.Bound(); len(b) != 0 {
+		t.Fatalf("bound before serving: %v", b)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeConns(ctx, []dhcp.Conn{{PC: newMemConn(), In: eth0}}) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(srv.Bound()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if b := srv.Bound(); len(b) != 1 || b[0] != "eth0" {
+		t.Fatalf("bound while serving: %v", b)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if b := srv.Bound(); len(b) != 0 {
+		t.Fatalf("bound after serving: %v", b)
+	}
+}
