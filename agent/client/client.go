@@ -442,24 +442,32 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 // send sends a request and returns the answer if it is 2xx; any other answer
 // becomes an *APIError.
 func (c *Client) send(ctx context.Context, hc *http.Client, method, path string, q url.Values, in any, accept string) (*http.Response, error) {
+	if in == nil {
+		return c.sendBody(ctx, hc, method, path, q, nil, -1, "", accept)
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: encoding request: %w", method, path, err)
+	}
+	return c.sendBody(ctx, hc, method, path, q, bytes.NewReader(b), int64(len(b)), "application/json", accept)
+}
+
+// sendBody is send with a body of its own: size bytes (-1: unknown) of
+// content type ctype.
+func (c *Client) sendBody(ctx context.Context, hc *http.Client, method, path string, q url.Values, body io.Reader, size int64, ctype, accept string) (*http.Response, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
-	}
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: encoding request: %w", method, path, err)
-		}
-		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, fmt.Errorf("bad rackd URL %q: %w", c.base, err)
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", ctype)
+		if size >= 0 {
+			req.ContentLength = size
+		}
 	}
 	req.Header.Set("Accept", accept)
 	req.Header.Set("User-Agent", c.ua)
