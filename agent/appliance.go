@@ -119,6 +119,7 @@ func (a *Agent) takeUpdate(w http.ResponseWriter, r *http.Request, who store.Act
 	// largest header.
 	limit := slotSize + int64(appliance.HeaderMax)
 	var body io.Reader
+	var size int64 // the bundle's length, when known
 	source := "upload"
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch mt {
@@ -133,13 +134,13 @@ func (a *Agent) takeUpdate(w http.ResponseWriter, r *http.Request, who store.Act
 		if err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(uploadTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			a.log.Warn("appliance update: cannot extend the read deadline", "err", err)
 		}
-		body = http.MaxBytesReader(w, r.Body, limit)
+		body, size = http.MaxBytesReader(w, r.Body, limit), max(r.ContentLength, 0)
 	case "application/json":
 		var req api.ApplianceUpdateRequest
 		if a.decodeBody(w, r, &req, false) != nil {
 			return
 		}
-		resp, err := a.fetchBundle(r.Context(), req.URL, limit)
+		resp, n, err := a.fetchBundle(r.Context(), req.URL, limit)
 		if err != nil {
 			var he httpError
 			if errors.As(err, &he) {
@@ -150,7 +151,7 @@ func (a *Agent) takeUpdate(w http.ResponseWriter, r *http.Request, who store.Act
 			return
 		}
 		defer resp.Close()
-		body, source = resp, req.URL
+		body, size, source = resp, n, req.URL
 	default:
 		writeError(w, http.StatusUnsupportedMediaType, api.CodeUnsupportedMedia,
 			fmt.Sprintf("content type %q is not accepted: send the bundle as application/octet-stream, or application/json {\"url\": ...}", mt))
@@ -158,7 +159,7 @@ func (a *Agent) takeUpdate(w http.ResponseWriter, r *http.Request, who store.Act
 	}
 	a.log.Info("appliance update", "by", who.Name, "source", source, "slot", target, "allow_downgrade", allowDowngrade)
 	st, err := appliance.Update(r.Context(), body, desc, appliance.UpdateOptions{
-		AllowDowngrade: allowDowngrade, Log: a.log.With("service", "appliance")})
+		AllowDowngrade: allowDowngrade, BundleSize: size, Log: a.log.With("service", "appliance")})
 	if err != nil {
 		a.updateError(w, r, err)
 		return
@@ -245,34 +246,36 @@ type httpError struct {
 
 func (e httpError) Error() string { return e.msg }
 
-// fetchBundle opens an http(s) URL for the update, bounded to limit bytes.
-func (a *Agent) fetchBundle(ctx context.Context, raw string, limit int64) (io.ReadCloser, error) {
+// fetchBundle opens an http(s) URL for the update, bounded to limit bytes,
+// with its length when the server tells it (0 otherwise).
+func (a *Agent) fetchBundle(ctx context.Context, raw string, limit int64) (io.ReadCloser, int64, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, httpError{http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("url %q: want an http or https URL of the bundle", raw)}
+		return nil, 0, httpError{http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("url %q: want an http or https URL of the bundle", raw)}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, httpError{http.StatusBadRequest, api.CodeBadRequest, err.Error()}
+		return nil, 0, httpError{http.StatusBadRequest, api.CodeBadRequest, err.Error()}
 	}
-	client := &http.Client{Timeout: 0} // bounded by ctx: a bundle takes as long as it takes
-	resp, err := client.Do(req)
+	// No timeout of its own: a slot image takes what it takes, and the
+	// request's context ends it when the client goes away.
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetch the bundle: %w", err)
+		return nil, 0, fmt.Errorf("fetch the bundle: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
-		return nil, fmt.Errorf("fetch the bundle from %s: %s", u.Redacted(), resp.Status)
+		return nil, 0, fmt.Errorf("fetch the bundle from %s: %s", u.Redacted(), resp.Status)
 	}
 	if resp.ContentLength > limit {
 		resp.Body.Close()
-		return nil, httpError{http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge,
+		return nil, 0, httpError{http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge,
 			fmt.Sprintf("the bundle at %s is %d bytes, more than the inactive slot holds (%d with the header)", u.Redacted(), resp.ContentLength, limit)}
 	}
 	return struct {
 		io.Reader
 		io.Closer
-	}{io.LimitReader(resp.Body, limit+1), resp.Body}, nil
+	}{io.LimitReader(resp.Body, limit+1), resp.Body}, max(resp.ContentLength, 0), nil
 }
 
 func (a *Agent) applianceStatus(w http.ResponseWriter, r *http.Request, _ store.Actor) {

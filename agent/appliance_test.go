@@ -178,6 +178,9 @@ func TestApplianceUpdateRefused(t *testing.T) {
 		{"unsigned", "application/octet-stream", unsigned, "", http.StatusForbidden, api.CodeBundleSignature, "signature"},
 		{"other key", "application/octet-stream", r.bundle(t, other, "v2", 200, payload), "", http.StatusForbidden, api.CodeBundleSignature, "another key"},
 		{"truncated header", "application/octet-stream", good[:40], "", http.StatusBadRequest, api.CodeBundleInvalid, "truncated"},
+		// The upload's Content-Length tells a cut payload before a byte is written.
+		{"truncated payload", "application/octet-stream", good[:len(good)-1000], "", http.StatusBadRequest, api.CodeBundleInvalid, "truncated"},
+		{"trailing bytes", "application/octet-stream", append(append([]byte(nil), good...), "junk"...), "", http.StatusBadRequest, api.CodeBundleInvalid, "after its payload"},
 		{"downgrade", "application/octet-stream", r.bundle(t, r.priv, "v0.9", 99, payload), "", http.StatusConflict, api.CodeDowngrade, "allow-downgrade"},
 		{"not a bundle", "application/octet-stream", payload, "", http.StatusBadRequest, api.CodeBundleInvalid, "not a rackd bundle"},
 		{"too large for the slot", "application/octet-stream", r.bundle(t, r.priv, "v2", 200, testPayload(rigSlot+1)), "", http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, "slot"},

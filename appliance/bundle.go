@@ -165,6 +165,11 @@ type Bundle struct {
 	Payload     io.Reader
 }
 
+// Size is the whole bundle's length as its manifest describes it.
+func (b *Bundle) Size() int64 {
+	return int64(len(Magic)+4+len(b.RawManifest)+SignatureSize) + b.Manifest.PayloadSize
+}
+
 // ReadBundle reads a bundle's header from r and checks its signature with
 // pub, then its manifest; nothing of the payload has been read when it
 // returns. Reading Bundle.Payload to io.EOF is the only way to know the

@@ -31,6 +31,11 @@ const WipeSize = 1 << 20
 // UpdateOptions tune Update.
 type UpdateOptions struct {
 	AllowDowngrade bool
+	// BundleSize is the bundle's whole length when the caller knows it
+	// (a file's size, an upload's Content-Length), 0 when not: a bundle
+	// cut short or followed by more bytes is then refused before anything
+	// is written, instead of found out at the payload's end.
+	BundleSize int64
 	// PublicKey, when set, is used instead of the descriptor's key file.
 	PublicKey ed25519.PublicKey
 	// Progress, when set, is called as payload bytes are written.
@@ -56,8 +61,9 @@ func SlotSize(path string) (int64, error) {
 // Update installs the bundle read from r into the inactive slot and arms a
 // one-shot trial boot of it. Everything that can refuse the bundle (its
 // signature with the appliance's public key, its manifest, its arch, a
-// downgrade, a payload larger than the slot, a running slot still on trial)
-// is checked before a byte is written. The payload is then streamed to the
+// downgrade, a payload larger than the slot, a running slot still on trial,
+// a length other than the manifest's when opt.BundleSize tells it) is
+// checked before a byte is written. The payload is then streamed to the
 // slot while its sha256 is computed; a short, long or wrong payload (or a
 // cancelled ctx) zeroes the slot's first WipeSize bytes and arms nothing.
 // After an fsync of the slot the GRUB environment is armed (rackd_try,
@@ -114,6 +120,12 @@ func Update(ctx context.Context, r io.Reader, desc Descriptor, opt UpdateOptions
 		return refuse(nil, err)
 	}
 	m := b.Manifest
+	if n := opt.BundleSize; n > 0 && n != b.Size() {
+		if n < b.Size() {
+			return refuse(&m, fmt.Errorf("%w: it is %d bytes, its manifest describes %d", ErrTruncated, n, b.Size()))
+		}
+		return refuse(&m, fmt.Errorf("%w: it is %d bytes, its manifest describes %d", ErrTrailingData, n, b.Size()))
+	}
 	if arch := desc.ArchOrRuntime(); m.Arch != arch {
 		return refuse(&m, fmt.Errorf("%w: the bundle is %s, this appliance %s", ErrWrongArch, m.Arch, arch))
 	}

@@ -73,7 +73,7 @@ func TestUpdateArms(t *testing.T) {
 	payload := testPayload(3<<20 + 5)
 	bundle := makeBundle(t, r.priv, "v1.1", 101, "amd64", payload)
 	var last int64
-	st, err := Update(context.Background(), bytes.NewReader(bundle), r.desc, UpdateOptions{Progress: func(w, total int64) { last = w }})
+	st, err := Update(context.Background(), bytes.NewReader(bundle), r.desc, UpdateOptions{BundleSize: int64(len(bundle)), Progress: func(w, total int64) { last = w }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +131,33 @@ func TestUpdateRefusesBeforeWriting(t *testing.T) {
 			UpdateEnvFile(r.desc.GrubEnv, func(e *Env) error { return e.Set(EnvGood, "b") })
 		}, ErrOnTrial},
 	}
+	// With the bundle's length known, a truncated payload or bytes after it
+	// are refused before writing too.
+	sized := func(cut int) func(r *rig) []byte {
+		return func(r *rig) []byte {
+			b := makeBundle(t, r.priv, "v2", 200, "amd64", payload)
+			if cut < 0 {
+				return b[:len(b)+cut]
+			}
+			return append(b, make([]byte, cut)...)
+		}
+	}
+	cases = append(cases,
+		struct {
+			name   string
+			bundle func(r *rig) []byte
+			opt    UpdateOptions
+			prep   func(t *testing.T, r *rig)
+			want   error
+		}{"truncated payload, length known", sized(-1000), UpdateOptions{}, nil, ErrTruncated},
+		struct {
+			name   string
+			bundle func(r *rig) []byte
+			opt    UpdateOptions
+			prep   func(t *testing.T, r *rig)
+			want   error
+		}{"trailing bytes, length known", sized(10), UpdateOptions{}, nil, ErrTrailingData},
+	)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, "")
@@ -138,7 +165,11 @@ func TestUpdateRefusesBeforeWriting(t *testing.T) {
 				c.prep(t, r)
 			}
 			envBefore, _ := os.ReadFile(r.desc.GrubEnv)
-			st, err := Update(context.Background(), bytes.NewReader(c.bundle(r)), r.desc, c.opt)
+			data := c.bundle(r)
+			if strings.Contains(c.name, "length known") {
+				c.opt.BundleSize = int64(len(data))
+			}
+			st, err := Update(context.Background(), bytes.NewReader(data), r.desc, c.opt)
 			if !errors.Is(err, c.want) {
 				t.Fatalf("got %v, want %v", err, c.want)
 			}
