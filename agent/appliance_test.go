@@ -404,3 +404,22 @@ func TestHealthzNamesUnboundDHCP(t *testing.T) {
 		t.Fatalf("%d %+v", resp2.StatusCode, h)
 	}
 }
+
+// One update or reset at a time: a second one while the first runs is a
+// 409 that says so, and touches nothing.
+func TestApplianceOneAtATime(t *testing.T) {
+	r := newApplianceRig(t)
+	ta := startAgent(t, r.config)
+	ta.applianceMu.Lock() // an update in progress
+	status, raw := post(t, ta.url+"/api/v1/appliance/update?reboot=0", ta.admin, "application/octet-stream", r.bundle(t, r.priv, "v2", 200, testPayload(1000)))
+	e := wantError(t, status, raw, http.StatusConflict, api.CodeConflict)
+	status, raw = post(t, ta.url+"/api/v1/appliance/reset?reboot=0", ta.admin, "application/json", []byte(`{"confirm":true}`))
+	wantError(t, status, raw, http.StatusConflict, api.CodeConflict)
+	ta.applianceMu.Unlock()
+	if !strings.Contains(e.Error, "another appliance update") || !bytes.Equal(r.slot(t), r.slotB) || appliance.ResetRequested(r.env(t)) {
+		t.Fatalf("busy update: %q", e.Error)
+	}
+	if status, raw := post(t, ta.url+"/api/v1/appliance/update?reboot=0", ta.admin, "application/octet-stream", r.bundle(t, r.priv, "v2", 200, testPayload(1000))); status != 200 {
+		t.Fatalf("after the first: %d %s", status, raw)
+	}
+}
