@@ -217,6 +217,9 @@ func printVerbUsage(w io.Writer, v *verb) {
 		}
 		name, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
+		if len(f.Name) == 1 {
+			line = "  -" + f.Name // -o, as tools spell it
+		}
 		if name != "" {
 			line += " " + name
 		}
