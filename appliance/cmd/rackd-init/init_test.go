@@ -157,6 +157,16 @@ func (r *applianceRoot) status(t *testing.T) appliance.Status {
 // stop (if set) is called.
 func (r *applianceRoot) boot(t *testing.T, ns *netnstest.NS, cmdline, mode string, waitFor string, then func()) (string, int) {
 	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.bootWith(t, ns, self, cmdline, mode, waitFor, then)
+}
+
+// bootWith is boot with rackd the binary at rackd.
+func (r *applianceRoot) bootWith(t *testing.T, ns *netnstest.NS, rackd, cmdline, mode string, waitFor string, then func()) (string, int) {
+	t.Helper()
 	if err := os.WriteFile(r.path("proc/cmdline"), []byte(cmdline+" console=ttyS0,115200 panic=10\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +176,7 @@ func (r *applianceRoot) boot(t *testing.T, ns *netnstest.NS, cmdline, mode strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := ns.Start(self, "-root", r.dir, "-mount=false", "-reboot=false", "-rackd", self, "-mke2fs", tool(t, "mke2fs"),
+	p := ns.Start(self, "-root", r.dir, "-mount=false", "-reboot=false", "-rackd", rackd, "-mke2fs", tool(t, "mke2fs"),
 		"-health-poll", "100ms", "-device-wait", "5s", "-dhcp-wait", "30s")
 	deadline := time.Now().Add(90 * time.Second)
 	if waitFor != "" {
