@@ -94,8 +94,11 @@ func TestApplianceRealRackd(t *testing.T) {
 		len(ss[0].DynamicRanges) != 1 || ss[0].DynamicRanges[0].Start != "10.42.0.100" || ss[0].DynamicRanges[0].End != "10.42.0.199" {
 		t.Fatalf("rackd's subnets: %v %s", err, subnets)
 	}
-	if !strings.Contains(images, `"name":"rackd-enlist"`) {
-		t.Fatalf("rackd's images: %s", images)
+	var is []struct {
+		Name, Arch, Purpose string
+	}
+	if err := json.Unmarshal([]byte(images), &is); err != nil || len(is) != 1 || is[0].Name != "rackd-enlist" || is[0].Arch != "amd64" || is[0].Purpose != "enlist" {
+		t.Fatalf("rackd's images: %v %s", err, images)
 	}
 	if env := r.env(t); env["rackd_reset"] != "1" {
 		t.Fatalf("grubenv after the reset request: %v", env)
