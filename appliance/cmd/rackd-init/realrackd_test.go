@@ -13,18 +13,24 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+
 	"rackd/appliance"
 	"rackd/internal/netnstest"
+	"rackd/store"
 )
 
 // TestApplianceRealRackd is the first boot under the real rackd: the
 // rackd.toml the init writes is one rackd starts with, rackd's admin token
 // is the one the init reads, /healthz turns 200 once the rack interface is
 // bound, and the rack subnet and the slot's image land in rackd's API.
-// rackd's exit for a reboot is its appliance API's factory reset.
+// rackd's exit for a reboot is its appliance API's factory reset. A second
+// boot finds the database migrated by a newer rackd and puts back the copy
+// this build opens.
 func TestApplianceRealRackd(t *testing.T) {
 	netnstest.Require(t)
 	curl := tool(t, "curl")
@@ -102,5 +108,38 @@ func TestApplianceRealRackd(t *testing.T) {
 	}
 	if env := r.env(t); env["rackd_reset"] != "1" {
 		t.Fatalf("grubenv after the reset request: %v", env)
+	}
+
+	// The reset request taken back, and the database as a newer rackd
+	// leaves it after migrating (a copy of the old schema beside it): the
+	// boot of this older slot puts the copy back before rackd starts, and
+	// rackd opens it.
+	r.setEnv(t, map[string]string{"rackd_good": "a"})
+	db := r.path("data/state/" + store.FileName)
+	body, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(store.SchemaCopyPath(db, store.SchemaVersion), body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(db, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte(strconv.Itoa(store.SchemaVersion+1)))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bdb.Close()
+	out, code = r.bootWith(t, box, rackd, "rackd.slot=a", "", "(admin token in /data/state/admin.token)", func() {
+		api("POST", "/api/v1/appliance/reset", `{"confirm": true}`)
+	})
+	if code != appliance.ExitReboot || !strings.Contains(out, "the database was newer than this build: put back the copy") {
+		t.Fatalf("exit code %d:\n%s", code, out)
+	}
+	if _, err := os.Stat(store.SchemaCopyPath(db, store.SchemaVersion+1) + ".rolled-back"); err != nil {
+		t.Fatalf("the newer database is not kept aside: %v", err)
 	}
 }

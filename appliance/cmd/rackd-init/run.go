@@ -184,7 +184,7 @@ func (s *initState) boot(ctx context.Context, setLog func(io.Writer)) (int, erro
 	if restored, err := restoreForRollback(s.data.Path(boot.StateDir)); err != nil {
 		s.say("database rollback: %v", err)
 	} else if restored {
-		s.say("the database was newer than this build: put back the copy kept before its migration (the newer file is kept aside as rackd.db.schema-N.rolled-back)")
+		s.say("the database was newer than this build: put back the copy kept before its migration (the newer file is kept aside in %s as rackd.db.schema-N.rolled-back; what it had since is not in the copy)", s.data.Path(boot.StateDir))
 	}
 
 	select {
