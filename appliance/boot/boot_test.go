@@ -1,6 +1,7 @@
 package boot
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -620,5 +621,31 @@ func TestWatchdogPet(t *testing.T) {
 		if got := w.Pet(tc.now, tc.healthy); got != tc.want {
 			t.Errorf("Pet(%s, healthy %s) = %v, want %v", tc.now.Sub(boot), tc.healthy, got, tc.want)
 		}
+	}
+}
+
+func TestWaitPowerKey(t *testing.T) {
+	ev := func(typ, code uint16, value int32) []byte {
+		b := make([]byte, 24)
+		b[16], b[17] = byte(typ), byte(typ>>8)
+		b[18], b[19] = byte(code), byte(code>>8)
+		v := uint32(value)
+		b[20], b[21], b[22], b[23] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+		return b
+	}
+	var stream []byte
+	stream = append(stream, ev(4, 4, 0x66)...) // EV_MSC scan code
+	stream = append(stream, ev(1, 30, 1)...)   // KEY_A pressed
+	stream = append(stream, ev(1, 116, 0)...)  // power key released
+	stream = append(stream, ev(0, 0, 0)...)    // EV_SYN
+	if err := WaitPowerKey(bytes.NewReader(stream)); !errors.Is(err, ErrNoPowerKey) {
+		t.Fatalf("no press: %v", err)
+	}
+	stream = append(stream, PowerKeyEvent()...)
+	if err := WaitPowerKey(bytes.NewReader(stream)); err != nil {
+		t.Fatalf("press: %v", err)
+	}
+	if err := WaitPowerKey(bytes.NewReader(PowerKeyEvent()[:20])); !errors.Is(err, ErrNoPowerKey) {
+		t.Fatalf("short event: %v", err)
 	}
 }

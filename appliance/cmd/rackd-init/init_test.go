@@ -11,10 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"rackd/appliance"
+	"rackd/appliance/boot"
 	"rackd/internal/netnstest"
 )
 
@@ -389,5 +391,28 @@ func TestApplianceBoots(t *testing.T) {
 	}
 	if st := r.status(t); st.LastUpdate != nil || st.Slot(appliance.SlotB).State != appliance.StateGood {
 		t.Errorf("status after a factory reset: %+v", st)
+	}
+
+	// 5. The power button (an input device; a FIFO here): rackd stops,
+	// the file systems are unmounted, the machine powers off.
+	if err := os.MkdirAll(r.path("dev/input"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fifo := r.path("dev/input/event0")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code = r.boot(t, box, "rackd.slot=b", "ok", "(admin token in /data/state/admin.token)", func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.Write(boot.PowerKeyEvent()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if code != 0 || !strings.Contains(out, "power button: stopping rackd, then powering off") || !strings.Contains(out, "power off (not done: -reboot=false)") {
+		t.Fatalf("power button: exit code %d:\n%s", code, out)
 	}
 }

@@ -29,10 +29,14 @@
 //     URL (and, at first boot, the admin token).
 //
 // When rackd exits with code 100 (an update armed, a factory reset asked
-// for) it syncs, unmounts /data and /esp and reboots. The kernel command
-// line carries panic=10, so a kernel panic reboots too, and GRUB's boot
+// for) it syncs, unmounts /data and /esp and reboots; the power button
+// (an ACPI button's input device, with the button and evdev modules)
+// stops rackd the same way and powers off. The kernel command line
+// carries panic=10, so a kernel panic reboots too, and GRUB's boot
 // counting makes a trial slot that never reaches this program's health
-// check fall back to the good one.
+// check fall back to the good one. A hardware watchdog (/dev/watchdog,
+// 60 s), when there is one, is petted through the health window and while
+// rackd answers /healthz: a hung kernel, init or rackd resets the machine.
 //
 // Outside PID 1 (tests), -root DIR prefixes every path (proc, sys, dev,
 // run, etc, slot, esp, data), -mount=false takes slot, esp and data as

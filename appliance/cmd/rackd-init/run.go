@@ -77,6 +77,7 @@ type system interface {
 	ResizePartition(disk string, number int, start, length int64) error
 	Sync()
 	Reboot() error
+	PowerOff() error
 }
 
 // exitReboot is run's exit code when it would have rebooted with
@@ -565,6 +566,7 @@ func (s *initState) serve(ctx context.Context, rot *boot.RotatingFile, outcome a
 	}
 	port := listenPort(s.data.Path(boot.RackdConfigFile))
 	s.disarmWatchdog = s.startWatchdog(ctx, start, window, port)
+	powerKey := s.watchPowerKey()
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	defer stopHealth()
 	healthDone := make(chan error, 1)
@@ -579,10 +581,16 @@ func (s *initState) serve(ctx context.Context, rot *boot.RotatingFile, outcome a
 			stopHealth()
 			if errors.Is(err, boot.ErrStopCode) {
 				s.say("rackd asked for a reboot")
-				return s.shutdown(true)
+				return s.shutdown(haltReboot)
 			}
 			s.say("stopping: %v", err)
-			return s.shutdown(false)
+			return s.shutdown(haltExit)
+		case <-powerKey:
+			s.say("power button: stopping rackd, then powering off")
+			stopHealth()
+			stopSup()
+			<-supDone
+			return s.shutdown(haltPowerOff)
 		case err := <-healthDone:
 			healthDone = nil
 			if err == nil {
@@ -615,7 +623,7 @@ func (s *initState) serve(ctx context.Context, rot *boot.RotatingFile, outcome a
 			// unmounted.
 			stopSup()
 			<-supDone
-			return s.shutdown(true)
+			return s.shutdown(haltReboot)
 		}
 	}
 }
@@ -717,9 +725,19 @@ func listenPort(path string) int {
 	return port
 }
 
+// halt is what shutdown ends with.
+type halt int
+
+const (
+	haltExit     halt = iota // return (a stop by signal)
+	haltReboot               // rackd asked, or a trial failed
+	haltPowerOff             // the power button
+)
+
 // shutdown syncs, unmounts what it mounted (data and ESP first) and
-// reboots; with -reboot=false it returns exitReboot instead.
-func (s *initState) shutdown(reboot bool) (int, error) {
+// reboots or powers off; with -reboot=false it says so and returns
+// exitReboot (or 0 for a power off) instead.
+func (s *initState) shutdown(how halt) (int, error) {
 	s.sys.Sync()
 	if s.closeLog != nil {
 		s.closeLog()
@@ -730,17 +748,23 @@ func (s *initState) shutdown(reboot bool) (int, error) {
 		}
 	}
 	s.sys.Sync()
-	// Before a reboot the watchdog stays armed: a reboot that hangs is
-	// reset by the hardware.
-	if s.disarmWatchdog != nil && (!reboot || !s.o.reboot) {
+	// Before a reboot or power off the watchdog stays armed: one that
+	// hangs is reset by the hardware.
+	if s.disarmWatchdog != nil && (how == haltExit || !s.o.reboot) {
 		s.disarmWatchdog()
 	}
-	if !reboot {
+	switch {
+	case how == haltExit:
 		return 0, nil
-	}
-	if !s.o.reboot {
+	case !s.o.reboot && how == haltReboot:
 		s.say("reboot (not done: -reboot=false)")
 		return exitReboot, nil
+	case !s.o.reboot:
+		s.say("power off (not done: -reboot=false)")
+		return 0, nil
+	case how == haltPowerOff:
+		s.say("powering off")
+		return 0, s.sys.PowerOff()
 	}
 	s.say("rebooting")
 	return 0, s.sys.Reboot()

@@ -95,6 +95,11 @@ func (l linuxSystem) Reboot() error {
 	return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 }
 
+func (l linuxSystem) PowerOff() error {
+	drainConsole()
+	return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
 // drainConsole waits until what was printed has left the console's
 // terminals (tcdrain), plus a moment for the UART's own FIFO: the last
 // lines before a reboot are the ones an operator (and a test) look for.
