@@ -55,24 +55,36 @@ func TestToolsMatchCommands(t *testing.T) {
 	}
 }
 
-// TestModules: the module list names the NICs and the disk QEMU gives the
+// TestModules: each module list names the NICs and the disk QEMU gives the
 // end-to-end tests' VMs (commissioning inventories the disk, deployment
-// writes it), each once, in the spelling modules.dep uses.
+// writes it; the appliance boots from it), and the appliance's list the file
+// systems of its partitions, each once, in the spelling modules.dep uses.
 func TestModules(t *testing.T) {
-	mods := list(t, "modules.txt")
-	for _, want := range []string{"virtio_net", "virtio_pci", "e1000", "virtio_blk"} {
-		if !slices.Contains(mods, want) {
-			t.Errorf("modules.txt lacks %s", want)
-		}
-	}
-	seen := map[string]bool{}
-	for _, m := range mods {
-		if seen[m] {
-			t.Errorf("modules.txt lists %s twice", m)
-		}
-		seen[m] = true
-		if strings.ContainsAny(m, " /.") {
-			t.Errorf("modules.txt: %q is not a module name", m)
-		}
+	for _, tc := range []struct {
+		file string
+		want []string
+	}{
+		{"modules.txt", []string{"virtio_net", "virtio_pci", "e1000", "virtio_blk"}},
+		{"appliance-modules.txt", []string{"virtio_net", "virtio_pci", "e1000", "virtio_blk",
+			"squashfs", "ext4", "crc32c_generic", "vfat", "nls_cp437"}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			mods := list(t, tc.file)
+			for _, want := range tc.want {
+				if !slices.Contains(mods, want) {
+					t.Errorf("%s lacks %s", tc.file, want)
+				}
+			}
+			seen := map[string]bool{}
+			for _, m := range mods {
+				if seen[m] {
+					t.Errorf("%s lists %s twice", tc.file, m)
+				}
+				seen[m] = true
+				if strings.ContainsAny(m, " /.") {
+					t.Errorf("%s: %q is not a module name", tc.file, m)
+				}
+			}
+		})
 	}
 }

@@ -17,14 +17,25 @@
 # rather than booted: its client may speak an older protocol.
 #
 # Environment: OUT (default build/initramfs), KERNEL_PKG (default: the
-# versioned package Debian's linux-image-amd64 depends on), ENLIST_PKG (the
-# uinit's Go package, default ./enlist/cmd/enlist), IMAGE_NAME (default
-# rackd-enlist). Run from the repository root (make initramfs does).
+# versioned package Debian's linux-image-amd64 depends on), KERNEL_DIR
+# (where it is extracted, default OUT/kernel), ENLIST_PKG (the
+# uinit's Go package, default ./enlist/cmd/enlist), UINIT_NAME (its name in
+# /bin, default enlist), IMAGE_NAME (default rackd-enlist), MODULES_FILE
+# (default initramfs/modules.txt) and MODULES_DEST (where the list goes in
+# the archive, default etc/rackd-enlist/modules), EXTRA_FILES (more files
+# for the archive, space-separated SRC:DEST pairs, DEST relative to /; an
+# ELF file's shared libraries are not added: name them too). The appliance's
+# initramfs is this build with other knobs (scripts/appliance-image.sh).
+# Run from the repository root (make initramfs does).
 set -euo pipefail
 
 out=${OUT:-build/initramfs}
 enlist_pkg=${ENLIST_PKG:-./enlist/cmd/enlist}
+uinit_name=${UINIT_NAME:-enlist}
 image_name=${IMAGE_NAME:-rackd-enlist}
+modules_file=${MODULES_FILE:-initramfs/modules.txt}
+modules_dest=${MODULES_DEST:-etc/rackd-enlist/modules}
+read -r -a extra_files <<<"${EXTRA_FILES:-}"
 cmdline=${IMAGE_CMDLINE:-console=tty0 console=ttyS0,115200}
 start=$SECONDS
 step() { printf 'initramfs: [%3ds] %s\n' $((SECONDS - start)) "$*"; }
@@ -37,6 +48,10 @@ for tool in apt-get dpkg-deb depmod gzip sha256sum go flock; do
 	command -v "$tool" >/dev/null || die "$tool not found (depmod is in Debian's kmod package; make test-deps installs it)"
 done
 [ -f initramfs/modules.txt ] || die "run from the repository root"
+[ -f "$modules_file" ] || die "MODULES_FILE=$modules_file: no such file"
+for pair in ${extra_files[@]+"${extra_files[@]}"}; do
+	[[ $pair == *:* ]] && [ -e "${pair%%:*}" ] || die "EXTRA_FILES: $pair is not SRC:DEST with an existing SRC"
+done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 # One build at a time per OUT: two test processes may ask at once.
@@ -53,8 +68,12 @@ source_key() {
 {{end}}{{range .EmbedFiles}}{{$d}}/{{.}}
 {{end}}{{end}}{{end}}' "$enlist_pkg") || die "go list $enlist_pkg failed"
 	{
-		printf '%s\n' "$enlist_pkg" "$image_name" "$cmdline" "${KERNEL_PKG:-}"
-		cat "${BASH_SOURCE[0]}" go.mod go.sum initramfs/*
+		printf '%s\n' "$enlist_pkg" "$uinit_name" "$image_name" "$cmdline" "${KERNEL_PKG:-}" "$modules_file" "$modules_dest"
+		cat "${BASH_SOURCE[0]}" go.mod go.sum initramfs/* "$modules_file"
+		for pair in ${extra_files[@]+"${extra_files[@]}"}; do
+			printf '%s\n' "${pair#*:}"
+			find "${pair%%:*}" -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum | cut -d" " -f1
+		done
 		printf '%s\n' "$files" | LC_ALL=C sort | grep . | while read -r f; do
 			printf '%s\n' "${f#"$PWD"/}"
 			cat "$f"
@@ -90,7 +109,7 @@ if [ -z "$pkg" ]; then
 	pkg=$(dpkg-deb -f "$work"/linux-image-amd64_*.deb Depends | sed -n 's/^\(linux-image-[^ ,]*\).*/\1/p')
 	[ -n "$pkg" ] || die "cannot read the kernel package linux-image-amd64 depends on"
 fi
-kroot=$out/kernel/$pkg
+kroot=${KERNEL_DIR:-$out/kernel}/$pkg
 if [ ! -f "$kroot/.done" ]; then
 	step "downloading $pkg"
 	(cd "$work" && download "$pkg")
@@ -109,8 +128,8 @@ if [ ! -f "$moddir/modules.dep" ]; then
 	depmod -b "$kroot" "$kver"
 fi
 
-# 2. The modules: initramfs/modules.txt and what they need, by modules.dep.
-step "resolving the modules of initramfs/modules.txt"
+# 2. The modules: MODULES_FILE and what they need, by modules.dep.
+step "resolving the modules of $modules_file"
 declare -A want=()
 queue=()
 while read -r name; do
@@ -127,7 +146,7 @@ while read -r name; do
 		die "module $name is neither in $kver's modules.dep nor built in"
 	fi
 	queue+=("${line%%:*}")
-done < initramfs/modules.txt
+done <"$modules_file"
 while [ ${#queue[@]} -gt 0 ]; do
 	m=${queue[0]}
 	queue=("${queue[@]:1}")
@@ -161,20 +180,34 @@ cmds=$(sed 's/#.*//' initramfs/commands.txt | tr -s ' \n' ' ')
 # The enlist client is built on its own and added as a file: u-root's
 # busybox builder takes import paths without a dot ("rackd/...") for the
 # standard library's and cannot build this module's packages into bb.
-step "building the enlist client ($enlist_pkg)"
+step "building the uinit ($enlist_pkg as /bin/$uinit_name)"
 GOOS=linux GOARCH=amd64 GOAMD64=v1 CGO_ENABLED=0 \
-	go build -trimpath -ldflags '-s -w -buildid=' -o "$work/enlist" "$enlist_pkg"
+	go build -trimpath -ldflags '-s -w -buildid=' -o "$work/$uinit_name" "$enlist_pkg"
 step "building the u-root initramfs (about a minute)"
 # Fixed mtimes on everything the archive takes from disk.
 find "$mods" -exec touch -h -d @0 {} +
-cp initramfs/modules.txt "$work/modules"
-touch -d @0 "$work/modules" "$work/enlist"
+cp "$modules_file" "$work/modules"
+touch -d @0 "$work/modules" "$work/$uinit_name"
+# The extra files are copied first, so their mtimes can be fixed too.
+extra_args=()
+i=0
+for pair in ${extra_files[@]+"${extra_files[@]}"}; do
+	i=$((i + 1))
+	mkdir -p "$work/extra/$i"
+	cp -a "${pair%%:*}" "$work/extra/$i/"
+	src=$work/extra/$i/$(basename "${pair%%:*}")
+	find "$src" -exec touch -h -d @0 {} +
+	extra_args+=(-files "$src:${pair#*:}")
+done
+# -skip-ldd: u-root would add the libraries of an ELF file from this
+# machine's /lib, whatever built it; the caller names them instead.
 GOOS=linux GOARCH=amd64 GOAMD64=v1 CGO_ENABLED=0 \
-	go tool u-root -o "$work/initramfs.cpio" \
-	-initcmd=init -uinitcmd=/bin/enlist -defaultsh=gosh \
-	-files "$work/enlist:bin/enlist" \
+	go tool u-root -o "$work/initramfs.cpio" -skip-ldd \
+	-initcmd=init -uinitcmd="/bin/$uinit_name" -defaultsh=gosh \
+	-files "$work/$uinit_name:bin/$uinit_name" \
 	-files "$mods/lib/modules:lib/modules" \
-	-files "$work/modules:etc/rackd-enlist/modules" \
+	-files "$work/modules:$modules_dest" \
+	${extra_args[@]+"${extra_args[@]}"} \
 	$cmds 2>"$work/u-root.log" || {
 	cat "$work/u-root.log" >&2
 	die "u-root failed"
