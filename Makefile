@@ -10,7 +10,7 @@ export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: all build run test bootloaders test-deps unit vet fmt-check bench-alloc bench-deps bench-dhcp clean \
 	initramfs enlist-image import-initramfs appliance e2e bench-boot bench-deploy \
-	image-debian debian-image bench-deploy-os e2e-deploy-os
+	image-debian debian-image bench-deploy-os e2e-deploy-os appliance-image appliance-image-check
 
 all: build
 
@@ -97,6 +97,24 @@ import-initramfs: build
 ##   the bootloaders, a default config, a systemd unit and a README
 appliance: build
 	@bash scripts/appliance.sh
+
+## appliance-image: the flashable appliance (GPT: BIOS and UEFI GRUB, slots A
+##   and B, a data partition) as dist/rackd-appliance-$(VERSION)-amd64.img
+##   (and .img.zst), and its signed update bundle .bundle, from Debian's
+##   packages and this checkout; signed with build/appliance-key/ (made when
+##   missing) unless APPLIANCE_KEY names a release key (README.md)
+appliance-image: test-deps
+	@VERSION=$(VERSION) bash scripts/appliance-image.sh
+
+## appliance-image-check: builds the appliance twice from this commit and
+##   fails unless the .img and the .bundle are the same bytes both times
+appliance-image-check: test-deps
+	@set -e; rm -rf build/appliance-check; \
+	for i in 1 2; do APPLIANCE_REBUILD=1 VERSION=$(VERSION) DIST=build/appliance-check/$$i bash scripts/appliance-image.sh; done; \
+	cd build/appliance-check && for f in $$(cd 1 && ls *.img *.bundle); do \
+		a=$$(sha256sum <1/$$f); b=$$(sha256sum <2/$$f); \
+		if [ "$$a" != "$$b" ]; then echo "appliance-image-check: $$f differs between two builds of the same commit" >&2; exit 1; fi; \
+		echo "appliance-image-check: $$f reproducible: $${a%% *}"; done
 
 ## e2e: only the real-VM end-to-end tests (root, QEMU; make test runs them too)
 e2e: test-deps enlist-image

@@ -42,6 +42,11 @@ mmdebstrap mmdebstrap
 mkfs.ext4 e2fsprogs
 e2fsck e2fsprogs
 dumpe2fs e2fsprogs
+mksquashfs squashfs-tools
+unsquashfs squashfs-tools
+grub-mkimage grub-common
+readelf binutils
+openssl openssl
 dnsmasq dnsmasq-base
 LIST
 # file -> the Debian package that has it (firmware the VM tests boot)
