@@ -44,7 +44,7 @@
 # (6), APPLIANCE_KEY (the private key bundles are signed with, PKCS#8 PEM;
 # default: the development key build/appliance-key/signing.key, made when
 # missing) and APPLIANCE_PUB (its public key, PKIX PEM, for the slot;
-# default signing.pub beside APPLIANCE_KEY), APPLIANCE_INIT_PKG (the uinit's
+# default: NAME.pub beside NAME.key, else signing.pub beside it), APPLIANCE_INIT_PKG (the uinit's
 # Go package, default ./appliance/cmd/rackd-init), APPLIANCE_RACKD_PKG (the
 # Go package built as /bin/rackd, default ./agent/cmd/rackd; tests swap in a
 # rackd that fails), APPLIANCE_BUNDLE_ONLY=1 (only the bundle: no disk),
@@ -108,35 +108,6 @@ else
 	tool=$work/rackd-tool
 	CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tool" ./agent/cmd/rackd
 fi
-# TEMPORARY until rackd appliance keygen/bundle land: OpenSSL makes the
-# same key files and the same bundle.
-if ! "$tool" appliance bundle --help >/dev/null 2>&1; then
-	step "  (this rackd has no appliance commands: OpenSSL stands in)"
-	mkdir -p "$work/bin"
-	cat >"$work/bin/rackd-stub" <<'STUB'
-#!/usr/bin/env bash
-set -euo pipefail
-case "$1 $2" in
-"appliance keygen")
-	mkdir -p "$3"
-	openssl genpkey -algorithm ed25519 -out "$3/signing.key"
-	openssl pkey -in "$3/signing.key" -pubout -out "$3/signing.pub" ;;
-"appliance bundle")
-	shift 2
-	while [ $# -gt 0 ]; do case $1 in --key) k=$2;; --payload) p=$2;; --version) v=$2;; --build) b=$2;; --arch) a=$2;; -o) o=$2;; esac; shift 2; done
-	d=$(mktemp -d)
-	printf '{"format":1,"version":"%s","build":%s,"arch":"%s","payload_size":%s,"payload_sha256":"%s"}' "$v" "$b" "$a" "$(stat -c %s "$p")" "$(sha256sum "$p" | cut -d' ' -f1)" >"$d/m"
-	{ printf 'rackd-bundle-v1\0'; cat "$d/m"; } >"$d/tbs"
-	openssl pkeyutl -sign -inkey "$k" -rawin -in "$d/tbs" -out "$d/sig"
-	n=$(stat -c %s "$d/m")
-	{ printf 'RKDBNDL1'; printf "\\x%02x\\x%02x\\x%02x\\x%02x" $((n>>24&255)) $((n>>16&255)) $((n>>8&255)) $((n&255)) | xargs -0 printf; cat "$d/m" "$d/sig" "$p"; } >"$o"
-	rm -rf "$d" ;;
-*) exit 2 ;;
-esac
-STUB
-	chmod +x "$work/bin/rackd-stub"
-	tool=$work/bin/rackd-stub
-fi
 if [ -z "$key" ]; then
 	key=build/appliance-key/signing.key
 	pub=build/appliance-key/signing.pub
@@ -145,7 +116,10 @@ if [ -z "$key" ]; then
 		"$tool" appliance keygen build/appliance-key >/dev/null || die "rackd appliance keygen failed"
 	fi
 fi
-[ -n "$pub" ] || pub=$(dirname "$key")/signing.pub
+if [ -z "$pub" ]; then
+	pub=$(dirname "$key")/signing.pub
+	[ -f "${key%.key}.pub" ] && pub=${key%.key}.pub
+fi
 [ -r "$key" ] || die "APPLIANCE_KEY=$key is not readable"
 [ -r "$pub" ] || die "the public key $pub is not readable (APPLIANCE_PUB names it)"
 

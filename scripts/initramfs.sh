@@ -11,8 +11,9 @@
 #   OUT/image/            vmlinuz, initramfs.cpio.gz, rackd-image.json
 #
 # With --if-stale the build is skipped when OUT/image was built from the
-# same sources: this script, initramfs/, go.mod, go.sum, the module's Go
-# files the enlist client is built from, and the knobs below (their digest is
+# same sources: this script, initramfs/commands.txt and the module list,
+# go.mod, go.sum, the module's Go files the uinit is built from, the extra
+# files, and the knobs below (their digest is
 # kept in OUT/source.key). An image left from an older checkout is rebuilt
 # rather than booted: its client may speak an older protocol.
 #
@@ -69,7 +70,7 @@ source_key() {
 {{end}}{{end}}{{end}}' "$enlist_pkg") || die "go list $enlist_pkg failed"
 	{
 		printf '%s\n' "$enlist_pkg" "$uinit_name" "$image_name" "$cmdline" "${KERNEL_PKG:-}" "$modules_file" "$modules_dest"
-		cat "${BASH_SOURCE[0]}" go.mod go.sum initramfs/* "$modules_file"
+		cat "${BASH_SOURCE[0]}" go.mod go.sum initramfs/commands.txt "$modules_file"
 		for pair in ${extra_files[@]+"${extra_files[@]}"}; do
 			printf '%s\n' "${pair#*:}"
 			find "${pair%%:*}" -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum | cut -d" " -f1
