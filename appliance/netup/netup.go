@@ -49,27 +49,49 @@ func Up(ifname string) error {
 	return nil
 }
 
-// Acquire sets ifname up and gets a lease on it, retrying until ctx ends.
-func Acquire(ctx context.Context, ifname string) (*Lease, error) {
+// Acquire sets ifname up and gets a lease on it, retrying until ctx ends;
+// logf (nil: silent) hears of each round that got no lease.
+func Acquire(ctx context.Context, ifname string, logf func(string, ...any)) (*Lease, error) {
 	if err := Up(ifname); err != nil {
 		return nil, err
 	}
-	c, err := nclient4.New(ifname, nclient4.WithTimeout(4*time.Second), nclient4.WithRetry(3))
+	// A link just set up drops what is sent until its carrier is seen
+	// (the kernel's link watch runs up to a second later): the first
+	// DISCOVER would be lost and the next one only sent a timeout later.
+	waitCarrier(ctx, ifname, 10*time.Second)
+	c, err := nclient4.New(ifname, nclient4.WithTimeout(2*time.Second), nclient4.WithRetry(3))
 	if err != nil {
 		return nil, fmt.Errorf("DHCP client on %s: %w", ifname, err)
 	}
 	defer c.Close()
 	var last error
+	start := time.Now()
 	for {
 		raw, err := c.Request(ctx)
 		if err == nil {
 			return leaseOf(ifname, raw)
+		}
+		if logf != nil && ctx.Err() == nil {
+			logf("DHCP on %s: no lease after %s: %v", ifname, time.Since(start).Round(time.Second), err)
 		}
 		last = err
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("DHCP on %s: no lease: %w", ifname, errors.Join(ctx.Err(), last))
 		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// waitCarrier waits up to max for ifname's carrier (IFF_LOWER_UP).
+func waitCarrier(ctx context.Context, ifname string, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		if l, err := netlink.LinkByName(ifname); err == nil && l.Attrs().RawFlags&unix.IFF_LOWER_UP != 0 {
+			return
+		}
+		if sleep(ctx, 50*time.Millisecond) != nil {
+			return
 		}
 	}
 }
@@ -184,7 +206,7 @@ func (l *Lease) Keep(ctx context.Context, logf func(string, ...any)) {
 		}
 		logf("DHCP on %s: renew: %v", cur.Interface, err)
 		if time.Now().After(cur.Obtained.Add(cur.Duration)) {
-			fresh, err := Acquire(ctx, cur.Interface)
+			fresh, err := Acquire(ctx, cur.Interface, logf)
 			if err != nil {
 				return
 			}

@@ -36,7 +36,7 @@ func TestDHCPFromDnsmasq(t *testing.T) {
 	var l *Lease
 	if err := cli.Do(func() error {
 		var err error
-		if l, err = Acquire(ctx, cliIf); err != nil {
+		if l, err = Acquire(ctx, cliIf, t.Logf); err != nil {
 			return err
 		}
 		return l.Apply()

@@ -150,6 +150,9 @@ func (s *initState) boot(ctx context.Context, setLog func(io.Writer)) (int, erro
 		s.booted = appliance.SlotA
 	}
 	s.loadModules()
+	if !entropyReady() {
+		s.say("the kernel's random number generator is not seeded yet: DHCP and rackd's first start wait for it (a VM wants virtio-rng, or a CPU with RDRAND)")
+	}
 
 	if err := s.findPartitions(ctx); err != nil {
 		return 0, err

@@ -114,6 +114,14 @@ func drainConsole() {
 	time.Sleep(100 * time.Millisecond)
 }
 
+// entropyReady reports whether the kernel's random number generator is
+// seeded: until it is, getrandom(2) blocks, and with it the DHCP client's
+// transaction IDs and rackd's first tokens.
+func entropyReady() bool {
+	_, err := unix.Getrandom(make([]byte, 1), unix.GRND_NONBLOCK)
+	return !errors.Is(err, unix.EAGAIN)
+}
+
 func staticUp(ifname string, addr netip.Prefix, gw netip.Addr) error {
 	return netup.Static(ifname, addr, gw)
 }
@@ -128,10 +136,11 @@ func addr4(ifname string) netip.Addr { return netup.Addr4(ifname) }
 // writes resolv.conf, calls ready, and keeps the lease renewed.
 func dhcpUp(ctx context.Context, ifname, resolvConf string, say func(string, ...any), ready func()) error {
 	var l *netup.Lease
+	start := time.Now()
 	for {
 		attempt, cancel := context.WithTimeout(ctx, 60*time.Second)
 		var err error
-		l, err = netup.Acquire(attempt, ifname)
+		l, err = netup.Acquire(attempt, ifname, say)
 		cancel()
 		if err == nil {
 			break
@@ -145,7 +154,7 @@ func dhcpUp(ctx context.Context, ifname, resolvConf string, say func(string, ...
 		ready()
 		return err
 	}
-	say("management interface %s: %s from DHCP (lease %s)", ifname, l.Address, l.Duration)
+	say("management interface %s: %s from DHCP (lease %s, in %s)", ifname, l.Address, l.Duration, time.Since(start).Round(100*time.Millisecond))
 	if len(l.DNS) > 0 {
 		if err := writeResolvConf(resolvConf, l.DNS, l.Domain); err != nil {
 			say("resolv.conf: %v", err)
