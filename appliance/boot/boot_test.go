@@ -558,6 +558,17 @@ func TestWaitHealthy(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "503 dhcp interface eth1 not bound") {
 		t.Fatalf("WaitHealthy of an unhealthy rackd: %v", err)
 	}
+	// rackd's own answer: JSON, its status in words.
+	rackd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("{\n  \"status\": \"not ready: DHCP interface eth1 not bound\",\n  \"store\": \"ok\",\n  \"not_ready\": [\"DHCP interface eth1 not bound\"]\n}\n"))
+	}))
+	defer rackd.Close()
+	err = Check(ctx, rackd.Client(), rackd.URL)
+	if err == nil || err.Error() != "/healthz: 503 not ready: DHCP interface eth1 not bound" {
+		t.Fatalf("Check of rackd's 503: %v", err)
+	}
 }
 
 func TestRackSubnet(t *testing.T) {

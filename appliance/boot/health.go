@@ -2,6 +2,7 @@ package boot
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,7 +30,17 @@ func Check(ctx context.Context, c *http.Client, url string) error {
 	if resp.StatusCode == http.StatusOK {
 		return nil
 	}
-	return fmt.Errorf("/healthz: %d %s", resp.StatusCode, strings.Join(strings.Fields(string(body)), " "))
+	// rackd's answer is JSON whose status says, in words, what is not
+	// ready ("not ready: DHCP interface eth1 not bound"); anything else
+	// is quoted as it is.
+	var h struct {
+		Status string `json:"status"`
+	}
+	why := strings.Join(strings.Fields(string(body)), " ")
+	if json.Unmarshal(body, &h) == nil && h.Status != "" {
+		why = h.Status
+	}
+	return fmt.Errorf("/healthz: %d %s", resp.StatusCode, why)
 }
 
 // WaitHealthy polls url every poll until it answers 200 or window has
