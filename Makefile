@@ -10,7 +10,7 @@ export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: all build run test bootloaders test-deps unit vet fmt-check bench-alloc bench-deps bench-dhcp clean \
 	initramfs enlist-image import-initramfs appliance e2e bench-boot bench-deploy \
-	image-debian debian-image bench-deploy-os e2e-deploy-os appliance-image appliance-image-check
+	image-debian debian-image bench-deploy-os e2e-deploy-os appliance-image appliance-image-check e2e-appliance
 
 all: build
 
@@ -119,6 +119,14 @@ appliance-image-check: test-deps
 ## e2e: only the real-VM end-to-end tests (root, QEMU; make test runs them too)
 e2e: test-deps enlist-image
 	CGO_ENABLED=1 $(GO) test -count=1 -v -timeout 30m ./e2e/
+	@$(MAKE) --no-print-directory e2e-appliance
+
+## e2e-appliance: the appliance image's real-VM tests (root, QEMU, OVMF, dnsmasq):
+##   boots under UEFI and BIOS, a PXE client enlisting from it, updates,
+##   refused bundles, a rollback and a power loss (e2e/appliance; builds its
+##   three images into build/e2e-appliance first, minutes when the initramfs changed)
+e2e-appliance: test-deps enlist-image
+	CGO_ENABLED=1 $(GO) test -count=1 -v -timeout 75m ./e2e/appliance/
 
 ## e2e-deploy-os: the Debian deploy end to end on a real VM (root, QEMU, ipmi_sim; 10-25
 ##   minutes under TCG; make test runs it beside the other tests): the image booted under
@@ -143,6 +151,14 @@ bench-deploy: test-deps enlist-image
 ##   xz (root, QEMU, ipmi_sim; builds the images when missing)
 bench-deploy-os: test-deps enlist-image
 	$(GO) run ./bench/deployos $(BENCH_DEPLOY_OS_FLAGS)
+
+## bench-appliance: the appliance image's power-on to a healthy API vs the same rackd
+##   installed with dist/appliance's install.sh into the Debian image (same QEMU
+##   configuration, same run), the first boot to a PXE client NEW, update and rollback
+##   times, the image's size (root, QEMU, OVMF, dnsmasq; builds what is missing)
+.PHONY: bench-appliance
+bench-appliance: test-deps enlist-image appliance debian-image
+	$(GO) run ./bench/appliance $(BENCH_APPLIANCE_FLAGS)
 
 ## bench-alloc: allocation throughput vs raw fsync'd bbolt transactions
 bench-alloc:
