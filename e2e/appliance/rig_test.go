@@ -85,7 +85,9 @@ var (
 
 // image builds v once per test binary into build/e2e-appliance/NAME. The
 // script always runs (a minute or two: the slot's squashfs and the disk),
-// keeping the initramfs while its sources are unchanged.
+// keeping the initramfs while its sources are unchanged; with
+// RACKD_E2E_APPLIANCE_REUSE=1 a build already there is taken as it is (a
+// second test process beside one that built them).
 func image(t *testing.T, v variant) built {
 	t.Helper()
 	buildMu.Lock()
@@ -96,6 +98,18 @@ func image(t *testing.T, v variant) built {
 	root := repoRoot(t)
 	dir := filepath.Join(root, "build", "e2e-appliance", v.name)
 	dist := filepath.Join(dir, "dist")
+	base := filepath.Join(dist, "rackd-appliance-"+v.version+"-amd64")
+	b := built{bundle: base + ".bundle"}
+	if v.full {
+		b.img = base + ".img"
+	}
+	if os.Getenv("RACKD_E2E_APPLIANCE_REUSE") == "1" {
+		if _, err := os.Stat(b.bundle); err == nil {
+			t.Logf("reusing the appliance build %s (RACKD_E2E_APPLIANCE_REUSE=1)", dist)
+			builds[v.name] = b
+			return b
+		}
+	}
 	if err := os.RemoveAll(dist); err != nil {
 		t.Fatal(err)
 	}
@@ -121,11 +135,6 @@ func image(t *testing.T, v variant) built {
 		t.Fatalf("scripts/appliance-image.sh (%s): %v\n%s", v.name, err, out)
 	}
 	t.Logf("built appliance %s in %v", v.name, time.Since(start).Round(time.Second))
-	base := filepath.Join(dist, "rackd-appliance-"+v.version+"-amd64")
-	b := built{bundle: base + ".bundle"}
-	if v.full {
-		b.img = base + ".img"
-	}
 	for _, f := range []string{b.img, b.bundle} {
 		if f == "" {
 			continue
