@@ -3,12 +3,15 @@
 //
 // Write streams the image straight to the disk, decompressing it on the
 // way when the served file is gzip, xz or zstd, hashing what it downloads
-// (and what it decompresses, when that digest is announced), and makes
+// (and what it decompresses, when that digest is announced) or, when the
+// image's chunk list is given, verifying each 4 MiB chunk of the raw image
+// on its own, in parallel (see chunks.go), and makes
 // sure that a disk whose image did not arrive whole and correct is never
 // left bootable: the first MiB (boot sector, partition table, the start
 // of the EFI system partition's GPT) is zeroed before anything else, held
 // back in memory while the rest is written, and written last, only after
-// every other byte is on the disk (fsync) and every digest matched. A
+// every other byte is on the disk (fsync) and every digest (or every
+// chunk's) matched. A
 // wrong checksum, a short or long stream (downloaded or decompressed), a
 // corrupt or truncated compressed stream, bytes after it, a write error or
 // a cancelled context leave the first MiB zeroed: firmware finds nothing
@@ -38,6 +41,7 @@ import (
 	"time"
 
 	"rackd/enlist"
+	"rackd/internal/chunksum"
 )
 
 // HeadSize is what Write holds back and writes last, and what Erase wipes
@@ -71,6 +75,10 @@ type Image struct {
 	// SHA-256 of the decompressed image, checked too.
 	RawSize   int64
 	RawSHA256 string
+	// Chunks, when set, is the chunk list of the decompressed image (its
+	// ImageSize is RawSize): every chunk is checked against it, and the
+	// whole-stream digests (SHA256, RawSHA256) are then not computed.
+	Chunks *chunksum.List
 }
 
 // Options are the optional parts of a Write.
@@ -96,6 +104,9 @@ type Result struct {
 	SHA256, RawSHA256 string
 	// Downloaded is the bytes of the served file read.
 	Downloaded int64
+	// Chunks is how many chunks were verified against Image.Chunks; the
+	// whole-stream digests are then empty.
+	Chunks int
 	// Read, Hash, Decompress and Write are the time spent reading the
 	// served file, hashing (all digests), decompressing and writing the
 	// disk. They overlap: the largest says what bounds the rate.
@@ -109,12 +120,20 @@ type ChecksumError struct {
 	// What is "image" (the served file) or "decompressed image".
 	What      string
 	Got, Want string
+	// Len, when positive, says the digest is that of one chunk of the
+	// raw image: chunk number Chunk, Len bytes at byte Offset.
+	Chunk       int
+	Offset, Len int64
 }
 
 func (e *ChecksumError) Error() string {
 	what := e.What
 	if what == "" {
 		what = "image"
+	}
+	if e.Len > 0 {
+		return fmt.Sprintf("sha256 mismatch: chunk %d (bytes %d to %d) of the %s streamed hashes to %s, want %s",
+			e.Chunk, e.Offset, e.Offset+e.Len, what, e.Got, e.Want)
 	}
 	return fmt.Sprintf("sha256 mismatch: the %s streamed hashes to %s, want %s", what, e.Got, e.Want)
 }
@@ -141,6 +160,14 @@ func (img Image) Check() error {
 		return fmt.Errorf("raw image announced with two different sha256s")
 	case f != FormatRaw && img.RawSize <= 0:
 		return fmt.Errorf("%s image: its decompressed size is needed (got %d)", f, img.RawSize)
+	}
+	if c := img.Chunks; c != nil {
+		if err := c.Check(); err != nil {
+			return err
+		}
+		if c.ImageSize != img.rawSize() {
+			return fmt.Errorf("a chunk list of a %d-byte image for a %d-byte image", c.ImageSize, img.rawSize())
+		}
 	}
 	return nil
 }
@@ -202,9 +229,12 @@ func Write(ctx context.Context, r io.Reader, d Disk, img Image, opt Options) (Re
 	var res Result
 	var head []byte
 	var err error
-	if img.Format == FormatRaw {
+	switch {
+	case img.Format == FormatRaw && img.Chunks != nil:
+		head, err = writeRawChunked(ctx, r, d, img, opt, prepare, &res)
+	case img.Format == FormatRaw:
 		head, err = writeRaw(ctx, r, d, img, opt, prepare, &res)
-	} else {
+	default:
 		head, err = writeCompressed(ctx, r, d, img, opt, prepare, &res)
 	}
 	if err != nil {
@@ -232,6 +262,9 @@ func Write(ctx context.Context, r io.Reader, d Disk, img Image, opt Options) (Re
 		return res, fmt.Errorf("sync the disk: %w", err)
 	}
 	res.Write += time.Since(t)
+	if img.Chunks != nil {
+		res.Chunks = len(img.Chunks.Sums)
+	}
 	return res, nil
 }
 
@@ -279,7 +312,9 @@ var errAborted = errors.New("aborted")
 // writeCompressed writes a compressed image. A goroutine downloads the
 // served file, hashing it, into a pipe; the decoder reads the pipe; the
 // decompressed stream is written as a raw image is (its own digest only
-// when one is announced). It returns the held-back head.
+// when one is announced). With a chunk list, the decompressed stream is
+// verified chunk by chunk instead, and the served file is not hashed: the
+// chunks prove every byte written. It returns the held-back head.
 func writeCompressed(ctx context.Context, r io.Reader, d Disk, img Image, opt Options, prepare func([]byte) error, res *Result) ([]byte, error) {
 	size := img.rawSize()
 	ch := sha256.New()
@@ -292,8 +327,11 @@ func writeCompressed(ctx context.Context, r io.Reader, d Disk, img Image, opt Op
 	)
 	go func() {
 		defer close(done)
-		srcN, srcErr = pump(ctx, r, 0, img.Size, srcChunk, &srcRead, hashSink(ch, &srcHash),
-			sink(func(b []byte, _ int64) error { _, err := pw.Write(b); return err }))
+		sinks := []sink{func(b []byte, _ int64) error { _, err := pw.Write(b); return err }}
+		if img.Chunks == nil {
+			sinks = append(sinks, hashSink(ch, &srcHash))
+		}
+		srcN, srcErr = pump(ctx, r, 0, img.Size, srcChunk, &srcRead, sinks...)
 		if srcErr == nil {
 			var one [1]byte
 			if n, _ := r.Read(one[:]); n > 0 {
@@ -323,6 +361,21 @@ func writeCompressed(ctx context.Context, r io.Reader, d Disk, img Image, opt Op
 		return nil, finish(fmt.Errorf("decompress the %s image: %w", img.Format, noEOF(err)))
 	}
 	defer closeDec()
+	if img.Chunks != nil {
+		head, n, err := streamChunks(ctx, dec, d, size, img.Chunks, "decompressed image", opt, prepare, func(err error, n int64) error {
+			return decompressErr(img.Format, err, n, size)
+		}, &res.Decompress, res)
+		if err != nil {
+			return nil, finish(err)
+		}
+		if err := endCompressed(dec, src, img.Format, size, n); err != nil {
+			return nil, finish(err)
+		}
+		if err := finish(nil); err != nil {
+			return nil, err
+		}
+		return head, nil
+	}
 	var rh hash.Hash
 	sinks := []sink{}
 	if img.RawSHA256 != "" {
@@ -351,18 +404,7 @@ func writeCompressed(ctx context.Context, r io.Reader, d Disk, img Image, opt Op
 	if err != nil {
 		return nil, finish(decompressErr(img.Format, err, n, size))
 	}
-	// The decompressed stream must end here, which also makes the decoder
-	// read and check the end of the compressed stream.
-	var one [1]byte
-	if n, err := io.ReadFull(dec, one[:]); n > 0 {
-		return nil, finish(fmt.Errorf("the %s image decompresses to more than the %d bytes announced", img.Format, size))
-	} else if !errors.Is(err, io.EOF) {
-		return nil, finish(decompressErr(img.Format, err, size, size))
-	}
-	// Whatever the decoder did not take is not part of the image.
-	if n, err := io.Copy(io.Discard, src); n > 0 {
-		return nil, finish(fmt.Errorf("the %s image has %d bytes of trailing data after its compressed stream", img.Format, n))
-	} else if err != nil {
+	if err := endCompressed(dec, src, img.Format, size, n); err != nil {
 		return nil, finish(err)
 	}
 	if err := finish(nil); err != nil {
@@ -379,6 +421,26 @@ func writeCompressed(ctx context.Context, r io.Reader, d Disk, img Image, opt Op
 		}
 	}
 	return head, nil
+}
+
+// endCompressed checks that the decompressed stream ends after its size
+// bytes, which also makes the decoder read and check the end of the
+// compressed stream, and that nothing follows the compressed stream in
+// src, the served file.
+func endCompressed(dec io.Reader, src io.Reader, f Format, size, n int64) error {
+	var one [1]byte
+	if k, err := io.ReadFull(dec, one[:]); k > 0 {
+		return fmt.Errorf("the %s image decompresses to more than the %d bytes announced", f, size)
+	} else if !errors.Is(err, io.EOF) {
+		return decompressErr(f, err, n, size)
+	}
+	// Whatever the decoder did not take is not part of the image.
+	if k, err := io.Copy(io.Discard, src); k > 0 {
+		return fmt.Errorf("the %s image has %d bytes of trailing data after its compressed stream", f, k)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // decompressErr says where decompression failed; a stream that ends early
