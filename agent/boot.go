@@ -58,7 +58,7 @@ func bootImages(ims []store.Image) []bootconf.Image {
 			Files: make([]bootconf.ImageFile, len(im.Files))}
 		for j, f := range im.Files {
 			bi.Files[j] = bootconf.ImageFile{Role: f.Role, Path: imagePrefix + f.SHA256, SHA256: f.SHA256, Size: f.Size,
-				Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256}
+				Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256, Chunks: f.Chunks}
 		}
 		out[i] = bi
 	}

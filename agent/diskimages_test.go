@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"rackd/agent/api"
+	"rackd/internal/chunksum"
 )
 
 func hexSum(b []byte) string { h := sha256.Sum256(b); return hex.EncodeToString(h[:]) }
@@ -64,7 +65,11 @@ func TestCompressedDiskImageBoots(t *testing.T) {
 			f = im.Files[0]
 		}
 	}
-	want := api.ImageFile{Path: "disk.img.zst", Role: "disk", SHA256: hexSum(zst), Size: int64(len(zst)), Format: "zstd", RawSize: int64(len(raw)), RawSHA256: hexSum(raw)}
+	w := &chunksum.Writer{}
+	w.Write(raw)
+	list := w.List().Marshal()
+	want := api.ImageFile{Path: "disk.img.zst", Role: "disk", SHA256: hexSum(zst), Size: int64(len(zst)), Format: "zstd", RawSize: int64(len(raw)), RawSHA256: hexSum(raw),
+		Chunks: hexSum(list)}
 	if f != want {
 		t.Fatalf("disk file %+v, want %+v", f, want)
 	}
@@ -76,6 +81,16 @@ func TestCompressedDiskImageBoots(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !bytes.Equal(served, zst) {
 		t.Fatalf("GET the blob: %d, %d bytes, want the %d-byte zstd file", resp.StatusCode, len(served), len(zst))
+	}
+	// The chunk list is served next to it.
+	resp, err = http.Get(ta.url + "/boot/images/" + f.Chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(served, list) {
+		t.Fatalf("GET the chunk list: %d %q, want %q", resp.StatusCode, served, list)
 	}
 	ta.machineIn(t, "web1", "52:54:00:d1:00:01", "READY")
 	if code, raw := ta.call(t, ta.admin, "POST", "/api/v1/allocations", api.AllocateRequest{Name: "web1", AgentName: "t"}, nil); code != 201 {
@@ -91,9 +106,18 @@ func TestCompressedDiskImageBoots(t *testing.T) {
 	script, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	args := "rackd.image=images/" + f.SHA256 + " rackd.image_sha256=" + f.SHA256 + " rackd.image_size=" + strconv.Itoa(len(zst)) +
-		" rackd.image_format=zstd rackd.image_raw_size=" + strconv.Itoa(len(raw)) + " rackd.image_raw_sha256=" + hexSum(raw) + " console=ttyS0"
+		" rackd.image_format=zstd rackd.image_raw_size=" + strconv.Itoa(len(raw)) + " rackd.image_raw_sha256=" + hexSum(raw) + " rackd.image_chunks=" + f.Chunks + " console=ttyS0"
 	if !strings.Contains(string(script), args) {
 		t.Fatalf("the deploy config lacks %q:\n%s", args, script)
+	}
+	// Deleting the image removes its chunk list with its file.
+	if code, raw := ta.call(t, ta.admin, "DELETE", "/api/v1/images/noble/amd64", nil, nil); code != 200 {
+		t.Fatalf("delete: %d %s", code, raw)
+	}
+	for _, h := range []string{f.SHA256, f.Chunks} {
+		if _, err := os.Stat(filepath.Join(ta.cfg.StateDir, "images", "sha256", h)); !os.IsNotExist(err) {
+			t.Errorf("blob %s after the image's deletion: %v", h, err)
+		}
 	}
 }
 
@@ -143,9 +167,10 @@ func TestImportCloudImage(t *testing.T) {
 	if len(after) != 1 {
 		t.Fatalf("after a refused import: %+v", after)
 	}
+	// The first image's disk file and its chunk list, nothing else.
 	ents, err := os.ReadDir(filepath.Join(ta.cfg.StateDir, "images", "sha256"))
-	if err != nil || len(ents) != 1 {
-		t.Fatalf("blobs after a refused import: %v %v", ents, err)
+	if err != nil || len(ents) != 2 || im.Files[0].Chunks == "" {
+		t.Fatalf("blobs after a refused import: %v %v (chunk list %q)", ents, err, im.Files[0].Chunks)
 	}
 
 	for name, tc := range map[string]struct {

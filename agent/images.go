@@ -32,7 +32,7 @@ func imageView(im store.Image) api.Image {
 		Files: make([]api.ImageFile, len(im.Files))}
 	for i, f := range im.Files {
 		out.Files[i] = api.ImageFile{Path: f.Path, Role: f.Role, SHA256: f.SHA256, Size: f.Size,
-			Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256}
+			Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256, Chunks: f.Chunks}
 	}
 	return out
 }
@@ -140,7 +140,7 @@ func (a *Agent) runImport(ctx context.Context, j *importJob, src images.Source, 
 	im := store.Image{Name: m.Name, Arch: m.Arch, Purpose: m.Purpose, Cmdline: m.Cmdline}
 	for _, f := range res.Files {
 		im.Files = append(im.Files, store.ImageFile{Path: f.Path, Role: f.Role, SHA256: f.SHA256, Size: f.Size,
-			Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256})
+			Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256, Chunks: f.Chunks})
 	}
 	a.imagesMu.Lock()
 	defer a.imagesMu.Unlock()
@@ -214,21 +214,24 @@ func (a *Agent) deleteImage(w http.ResponseWriter, r *http.Request, who store.Ac
 	writeJSON(w, http.StatusOK, imageView(im))
 }
 
-// removeUnusedBlobs removes the blobs of fs that no recorded image uses.
-// A blob an import in progress holds is left to it. Failures are logged:
-// a leftover blob wastes space but breaks nothing.
+// removeUnusedBlobs removes the blobs of fs (and of their chunk lists)
+// that no recorded image uses. A blob an import in progress holds is left
+// to it. Failures are logged: a leftover blob wastes space but breaks
+// nothing.
 func (a *Agent) removeUnusedBlobs(fs []store.ImageFile) {
 	for _, f := range fs {
-		if a.store.ImageBlobInUse(f.SHA256) {
-			continue
-		}
-		err := a.images.Remove(f.SHA256)
-		switch {
-		case err == nil, errors.Is(err, images.ErrNotFound):
-		case errors.Is(err, images.ErrInUse):
-			a.log.Debug("image blob kept: an import in progress uses it", "sha256", f.SHA256)
-		default:
-			a.log.Warn("remove image blob", "sha256", f.SHA256, "err", err)
+		for _, h := range []string{f.SHA256, f.Chunks} {
+			if h == "" || a.store.ImageBlobInUse(h) {
+				continue
+			}
+			err := a.images.Remove(h)
+			switch {
+			case err == nil, errors.Is(err, images.ErrNotFound):
+			case errors.Is(err, images.ErrInUse):
+				a.log.Debug("image blob kept: an import in progress uses it", "sha256", h)
+			default:
+				a.log.Warn("remove image blob", "sha256", h, "err", err)
+			}
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+
+	"rackd/internal/chunksum"
 )
 
 // The formats of a disk file. A raw disk image is written to the machine's
@@ -121,6 +123,9 @@ type Disk struct {
 	// when Format is FormatRaw, else its decompressed content.
 	RawSize   int64
 	RawSHA256 string
+	// Chunks is the chunk list of the raw disk image (chunksum.Size
+	// chunks), which the deploy environment verifies in parallel.
+	Chunks *chunksum.List
 	// From is the format the file had before conversion (FormatQCOW2),
 	// or empty.
 	From string
@@ -139,6 +144,7 @@ type diskScan struct {
 	format string
 	raw    int64
 	sum    string
+	chunks *chunksum.List
 	err    error
 }
 
@@ -147,12 +153,12 @@ func startDiskScan(ctx context.Context) *diskScan {
 	ds := &diskScan{pw: pw, done: make(chan struct{})}
 	go func() {
 		defer close(ds.done)
-		ds.format, ds.raw, ds.sum, ds.err = scanDisk(ctx, pr)
+		ds.format, ds.raw, ds.sum, ds.chunks, ds.err = scanDisk(ctx, pr)
 		if ds.err != nil {
 			pr.CloseWithError(ds.err) // the download stops with the scan's error
 			return
 		}
-		io.Copy(io.Discard, pr) // what follows a raw or qcow2 file's head
+		io.Copy(io.Discard, pr) // what follows a qcow2 file's head
 	}()
 	return ds
 }
@@ -167,39 +173,49 @@ func (ds *diskScan) finish(err error) error {
 	return ds.err
 }
 
-// scanDisk reads a disk file from r: its format by its first bytes and,
-// when it is compressed, the raw image's size and SHA-256 (scanStream).
-func scanDisk(ctx context.Context, r io.Reader) (format string, raw int64, sum string, err error) {
+// scanDisk reads a disk file from r: its format by its first bytes; when
+// it is compressed, the raw image's size and SHA-256 (scanStream); and,
+// when it is raw or compressed, the raw image's chunk list. The size and
+// digest of a raw file are the stored blob's.
+func scanDisk(ctx context.Context, r io.Reader) (format string, raw int64, sum string, chunks *chunksum.List, err error) {
 	head := make([]byte, sniffLen)
 	n, err := io.ReadFull(r, head)
 	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
-		return "", 0, "", err
+		return "", 0, "", nil, err
 	}
 	head = head[:n]
 	if format, err = Sniff(head); err != nil {
-		return "", 0, "", fmt.Errorf("not a disk image rackd can deploy: %w", err)
+		return "", 0, "", nil, fmt.Errorf("not a disk image rackd can deploy: %w", err)
 	}
 	switch format {
 	case FormatGzip, FormatXZ, FormatZstd:
-		raw, sum, err = scanStream(ctx, io.MultiReader(bytes.NewReader(head), r), format)
-		return format, raw, sum, err
+		raw, sum, chunks, err = scanStream(ctx, io.MultiReader(bytes.NewReader(head), r), format)
+		return format, raw, sum, chunks, err
+	case FormatRaw:
+		cw := &chunksum.Writer{}
+		cw.Write(head)
+		if _, err := io.Copy(cw, r); err != nil {
+			return "", 0, "", nil, err
+		}
+		return format, 0, "", cw.List(), nil
 	}
-	return format, 0, "", nil
+	return format, 0, "", nil, nil
 }
 
 // scanStream decompresses r, compressed in format, streaming, and returns
-// the raw size and SHA-256. It refuses a raw image larger than
+// the raw size, SHA-256 and chunk list. It refuses a raw image larger than
 // MaxFileSize, a truncated or corrupt stream, and a compressed file that
 // holds not a raw disk image but another container (a compressed qcow2,
 // say).
-func scanStream(ctx context.Context, r io.Reader, format string) (int64, string, error) {
+func scanStream(ctx context.Context, r io.Reader, format string) (int64, string, *chunksum.List, error) {
 	cr := &countingReader{r: r}
 	zr, closeZ, err := decompressor(format, cr)
 	if err != nil {
-		return 0, "", fmt.Errorf("not a %s file: %w", format, err)
+		return 0, "", nil, fmt.Errorf("not a %s file: %w", format, err)
 	}
 	defer closeZ()
 	h := sha256.New()
+	cw := &chunksum.Writer{}
 	buf := make([]byte, 1<<20)
 	var n int64
 	var head []byte
@@ -218,19 +234,20 @@ func scanStream(ctx context.Context, r io.Reader, format string) (int64, string,
 	}
 	for {
 		if err := ctx.Err(); err != nil {
-			return 0, "", err
+			return 0, "", nil, err
 		}
 		m, rerr := zr.Read(buf)
 		if m > 0 {
 			if n += int64(m); n > MaxFileSize {
-				return 0, "", fmt.Errorf("decompressed, the %s file is larger than %d bytes", format, int64(MaxFileSize))
+				return 0, "", nil, fmt.Errorf("decompressed, the %s file is larger than %d bytes", format, int64(MaxFileSize))
 			}
 			h.Write(buf[:m])
+			cw.Write(buf[:m])
 			if !sniffed {
 				head = append(head, buf[:min(m, sniffLen-len(head))]...)
 				if len(head) == sniffLen {
 					if err := sniff(); err != nil {
-						return 0, "", err
+						return 0, "", nil, err
 					}
 				}
 			}
@@ -239,18 +256,18 @@ func scanStream(ctx context.Context, r io.Reader, format string) (int64, string,
 			break
 		}
 		if rerr != nil {
-			return 0, "", fmt.Errorf("decompress %s (%d bytes in): %w%s", format, cr.n, corrupt(rerr), hint(format, rerr))
+			return 0, "", nil, fmt.Errorf("decompress %s (%d bytes in): %w%s", format, cr.n, corrupt(rerr), hint(format, rerr))
 		}
 	}
 	if n == 0 {
-		return 0, "", fmt.Errorf("the %s file decompresses to nothing: an empty disk image", format)
+		return 0, "", nil, fmt.Errorf("the %s file decompresses to nothing: an empty disk image", format)
 	}
 	if !sniffed {
 		if err := sniff(); err != nil {
-			return 0, "", err
+			return 0, "", nil, err
 		}
 	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
+	return n, hex.EncodeToString(h.Sum(nil)), cw.List(), nil
 }
 
 // hint says what to do about a decompressor's error, when there is

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"rackd/internal/chunksum"
 )
 
 // needTool fails the test when the peer program is missing where
@@ -169,12 +172,47 @@ func TestImportCompressedDisk(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer im.Release()
-			want := File{Path: "d", Role: RoleDisk, SHA256: sum(comp), Size: int64(len(comp)), Format: tl.format, RawSize: int64(len(raw)), RawSHA256: rawSum}
-			if im.Files[0] != want || len(im.Converted) != 0 {
+			want := File{Path: "d", Role: RoleDisk, SHA256: sum(comp), Size: int64(len(comp)), Format: tl.format, RawSize: int64(len(raw)), RawSHA256: rawSum,
+				Chunks: storedChunkList(t, s, raw)}
+			if im.Files[0] != want || len(im.Converted) != 0 || len(im.ChunkLists) != 1 || im.ChunkLists[0].SHA256 != want.Chunks {
 				t.Fatalf("Files[0] = %+v, want %+v (converted %v)", im.Files[0], want, im.Converted)
 			}
 		})
 	}
+}
+
+// storedChunkList is the digest of raw's chunk list, which s must hold as
+// a blob: what the import records for a disk image of raw content.
+func storedChunkList(t *testing.T, s *Store, raw []byte) string {
+	t.Helper()
+	w := &chunksum.Writer{}
+	w.Write(raw)
+	list := w.List().Marshal()
+	h := sum(list)
+	f, _, err := s.Open(h)
+	if err != nil {
+		t.Fatalf("the chunk list blob: %v", err)
+	}
+	defer f.Close()
+	got, err := io.ReadAll(f)
+	if err != nil || !bytes.Equal(got, list) {
+		t.Fatalf("the chunk list blob holds %q, want %q", got, list)
+	}
+	return h
+}
+
+// A disk file's chunk list is rolled back with it when a later file of
+// the image fails.
+func TestImportRollsBackChunkList(t *testing.T) {
+	s, sdir := mustOpen(t)
+	_, _, err := ImportDir(context.Background(), s, writeImage(t, []imgFile{
+		{path: "disk.img", role: RoleDisk, data: rawDisk(5 << 20)},
+		{path: "vmlinuz", role: "kernel", data: []byte("kernel"), sha: sum([]byte("not the kernel"))},
+	}), ImportOptions{})
+	if err == nil || !strings.Contains(err.Error(), "sha256 mismatch") {
+		t.Fatalf("err = %v", err)
+	}
+	assertEmpty(t, sdir)
 }
 
 // A raw disk image records its own size and digest as raw; the manifest's
@@ -212,7 +250,8 @@ func TestImportRawDisk(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer im.Release()
-			want := File{Path: "disk.img", Role: RoleDisk, SHA256: sum(raw), Size: int64(len(raw)), Format: FormatRaw, RawSize: int64(len(raw)), RawSHA256: sum(raw)}
+			want := File{Path: "disk.img", Role: RoleDisk, SHA256: sum(raw), Size: int64(len(raw)), Format: FormatRaw, RawSize: int64(len(raw)), RawSHA256: sum(raw),
+				Chunks: storedChunkList(t, s, raw)}
 			if im.Files[0] != want {
 				t.Fatalf("%+v, want %+v", im.Files[0], want)
 			}
@@ -317,7 +356,8 @@ func TestImportQCOW2(t *testing.T) {
 			}
 			defer im.Release()
 			f := im.Files[0]
-			if f.Format != FormatZstd || f.RawSize != int64(len(raw)) || f.RawSHA256 != sum(raw) || im.Converted[name] != FormatQCOW2 {
+			if f.Format != FormatZstd || f.RawSize != int64(len(raw)) || f.RawSHA256 != sum(raw) || im.Converted[name] != FormatQCOW2 ||
+				f.Chunks != storedChunkList(t, s, raw) {
 				t.Fatalf("stored %+v, converted %v", f, im.Converted)
 			}
 			blob, err := os.ReadFile(filepath.Join(sdir, "sha256", f.SHA256))
@@ -339,8 +379,8 @@ func TestImportQCOW2(t *testing.T) {
 			if n := dirNames(t, filepath.Join(sdir, "tmp")); len(n) != 0 {
 				t.Fatalf("tmp left: %v", n)
 			}
-			if n := dirNames(t, filepath.Join(sdir, "sha256")); len(n) != 1 {
-				t.Fatalf("sha256/ holds %v, want only the converted blob", n)
+			if n := dirNames(t, filepath.Join(sdir, "sha256")); len(n) != 2 {
+				t.Fatalf("sha256/ holds %v, want only the converted blob and its chunk list", n)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package images
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha512"
 	"encoding/hex"
@@ -99,6 +100,9 @@ type Imported struct {
 	Manifest *Manifest
 	// Blobs holds one blob per manifest file, in order.
 	Blobs []Blob
+	// ChunkLists are the blobs of the disk files' chunk lists (File.Chunks),
+	// pinned as Blobs are.
+	ChunkLists []Blob
 	// Files are the manifest's files as stored, in order: each with its
 	// blob's digest and size and, for a disk file, the format, raw size
 	// and raw SHA-256 the import found (a qcow2 file's blob is its
@@ -156,7 +160,7 @@ func Import(ctx context.Context, s *Store, src Source, opts ImportOptions) (*Imp
 	for _, f := range m.Files {
 		pr.Path, pr.Step = f.Path, ""
 		before := pr.Done
-		stored, from, b, made, err := importFile(ctx, s, src, f, func(step string) {
+		stored, from, b, made, chunks, err := importFile(ctx, s, src, f, func(step string) {
 			pr.Step = step
 			report()
 		}, func(n int64) {
@@ -165,12 +169,22 @@ func Import(ctx context.Context, s *Store, src Source, opts ImportOptions) (*Imp
 				report()
 			}
 		})
+		if chunks != nil {
+			// Pinned even when the file failed after it: rolled back.
+			pinned = append(pinned, chunks.blob.SHA256)
+			if chunks.made {
+				created[chunks.blob.SHA256] = true
+			}
+		}
 		if err != nil {
 			return nil, rollback(s, pinned, created, opts.InUse, &ImportError{Path: f.Path, Err: err})
 		}
 		pinned = append(pinned, b.SHA256)
 		if made {
 			created[b.SHA256] = true
+		}
+		if chunks != nil {
+			im.ChunkLists = append(im.ChunkLists, chunks.blob)
 		}
 		im.Blobs = append(im.Blobs, b)
 		im.Files = append(im.Files, stored)
@@ -188,17 +202,25 @@ func Import(ctx context.Context, s *Store, src Source, opts ImportOptions) (*Imp
 	return im, nil
 }
 
+// addedBlob is a blob an import added (made) or found, pinned.
+type addedBlob struct {
+	blob Blob
+	made bool
+}
+
 // importFile streams f from src into s and returns it as stored. A disk
 // file is staged first and looked into before it becomes a blob: its
 // format found by its magic bytes (and checked against the manifest's),
 // a compressed one decompressed once to learn and check its raw size and
-// SHA-256, a qcow2 one converted (convertQCOW2). A file that fails any of
-// it never reaches sha256/. from is the format a converted file was read
-// in, else empty.
-func importFile(ctx context.Context, s *Store, src Source, f File, step func(string), progress func(int64)) (stored File, from string, b Blob, made bool, err error) {
+// SHA-256, a qcow2 one converted (convertQCOW2), and the chunk list of its
+// raw image computed on the way and stored as a blob of its own (chunks,
+// pinned: returned even with an error, for the rollback). A file that
+// fails any of it never reaches sha256/. from is the format a converted
+// file was read in, else empty.
+func importFile(ctx context.Context, s *Store, src Source, f File, step func(string), progress func(int64)) (stored File, from string, b Blob, made bool, chunks *addedBlob, err error) {
 	rc, err := src.Open(ctx, f)
 	if err != nil {
-		return File{}, "", Blob{}, false, err
+		return File{}, "", Blob{}, false, nil, err
 	}
 	defer rc.Close()
 	var r io.Reader = rc
@@ -222,7 +244,7 @@ func importFile(ctx context.Context, s *Store, src Source, f File, step func(str
 		}
 	}
 	if err != nil {
-		return File{}, "", Blob{}, false, err
+		return File{}, "", Blob{}, false, nil, err
 	}
 	defer st.discard()
 	rc.Close()
@@ -230,7 +252,7 @@ func importFile(ctx context.Context, s *Store, src Source, f File, step func(str
 	if f.Role == RoleDisk {
 		d, conv, err := inspectDisk(ctx, s, st, f, scan, step)
 		if err != nil {
-			return File{}, "", Blob{}, false, err
+			return File{}, "", Blob{}, false, nil, err
 		}
 		if conv != nil {
 			st.discard()
@@ -239,13 +261,21 @@ func importFile(ctx context.Context, s *Store, src Source, f File, step func(str
 			stored.SHA512 = "" // the vendor's digest is of the qcow2
 		}
 		stored.Format, stored.RawSize, stored.RawSHA256, from = d.Format, d.RawSize, d.RawSHA256, d.From
+		if d.Chunks != nil && d.Chunks.ImageSize > 0 {
+			cb, cmade, err := s.add(ctx, bytes.NewReader(d.Chunks.Marshal()), "", -1, nil, true)
+			if err != nil {
+				return File{}, "", Blob{}, false, nil, fmt.Errorf("store the chunk list: %w", err)
+			}
+			chunks = &addedBlob{blob: cb, made: cmade}
+			stored.Chunks = cb.SHA256
+		}
 	}
 	b, made, err = s.install(ctx, st, true)
 	if err != nil {
-		return File{}, "", Blob{}, false, err
+		return File{}, "", Blob{}, false, chunks, err
 	}
 	stored.SHA256, stored.Size = b.SHA256, b.Size
-	return stored, from, b, made, nil
+	return stored, from, b, made, chunks, nil
 }
 
 // inspectDisk checks what the scan found the staged disk file st to be
@@ -261,13 +291,13 @@ func inspectDisk(ctx context.Context, s *Store, st *staged, f File, scan *diskSc
 	var conv *staged
 	switch format {
 	case FormatRaw:
-		d = Disk{Format: FormatRaw, RawSize: st.blob.Size, RawSHA256: st.blob.SHA256}
+		d = Disk{Format: FormatRaw, RawSize: st.blob.Size, RawSHA256: st.blob.SHA256, Chunks: scan.chunks}
 	case FormatQCOW2:
 		if conv, d, err = convertQCOW2(ctx, s, st.name, step, nil); err != nil {
 			return Disk{}, nil, err
 		}
 	default:
-		d = Disk{Format: format, RawSize: scan.raw, RawSHA256: scan.sum}
+		d = Disk{Format: format, RawSize: scan.raw, RawSHA256: scan.sum, Chunks: scan.chunks}
 	}
 	fail := func(err error) (Disk, *staged, error) {
 		if conv != nil {
@@ -280,6 +310,9 @@ func inspectDisk(ctx context.Context, s *Store, st *staged, f File, scan *diskSc
 	}
 	if f.RawSHA256 != "" && f.RawSHA256 != d.RawSHA256 {
 		return fail(fmt.Errorf("raw sha256 mismatch: expected %s, got %s (of the %s file's raw disk image)", f.RawSHA256, d.RawSHA256, format))
+	}
+	if d.Chunks != nil && d.Chunks.ImageSize != d.RawSize {
+		return fail(fmt.Errorf("the chunk list covers %d bytes of the %d-byte raw disk image", d.Chunks.ImageSize, d.RawSize))
 	}
 	return d, conv, nil
 }

@@ -75,6 +75,11 @@ type File struct {
 	Format    string `json:"format,omitempty"`
 	RawSize   int64  `json:"raw_size,omitempty"`
 	RawSHA256 string `json:"raw_sha256,omitempty"`
+	// Chunks is the import's, never a manifest's: the digest of the blob
+	// that holds a disk file's chunk list (the SHA-256 of each
+	// chunksum.Size chunk of the raw disk image, in chunksum's encoding),
+	// stored beside it; empty for other files.
+	Chunks string `json:"-"`
 }
 
 // ParseManifest decodes and validates a manifest strictly: unknown

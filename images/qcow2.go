@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"rackd/internal/chunksum"
 )
 
 // A qcow2 disk file is converted at import, never stored as qcow2: the
@@ -145,7 +147,7 @@ func convertQCOW2(ctx context.Context, s *Store, name string, step func(string),
 		return nil, Disk{}, err
 	}
 	step("compressing the raw image with zstd")
-	st, rawSize, rawSum, err := compressZstd(ctx, s, raw.Name(), progress)
+	st, rawSize, rawSum, chunks, err := compressZstd(ctx, s, raw.Name(), progress)
 	if err != nil {
 		return nil, Disk{}, err
 	}
@@ -153,19 +155,21 @@ func convertQCOW2(ctx context.Context, s *Store, name string, step func(string),
 		st.discard()
 		return nil, Disk{}, fmt.Errorf("qemu-img convert wrote %d bytes, the qcow2 image's virtual size is %d", rawSize, info.VirtualSize)
 	}
-	return st, Disk{Format: FormatZstd, RawSize: rawSize, RawSHA256: rawSum, From: FormatQCOW2}, nil
+	return st, Disk{Format: FormatZstd, RawSize: rawSize, RawSHA256: rawSum, Chunks: chunks, From: FormatQCOW2}, nil
 }
 
 // compressZstd stages the zstd compression of the file at name, returning
-// it with the raw file's size and SHA-256. progress gets the raw bytes read.
-func compressZstd(ctx context.Context, s *Store, name string, progress func(int64)) (*staged, int64, string, error) {
+// it with the raw file's size, SHA-256 and chunk list. progress gets the
+// raw bytes read.
+func compressZstd(ctx context.Context, s *Store, name string, progress func(int64)) (*staged, int64, string, *chunksum.List, error) {
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, 0, "", err
+		return nil, 0, "", nil, err
 	}
 	defer f.Close()
 	h := sha256.New()
-	cr := &countingReader{r: io.TeeReader(f, h), progress: progress}
+	cw := &chunksum.Writer{}
+	cr := &countingReader{r: io.TeeReader(f, io.MultiWriter(h, cw)), progress: progress}
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -188,7 +192,7 @@ func compressZstd(ctx context.Context, s *Store, name string, progress func(int6
 		if st != nil {
 			st.discard()
 		}
-		return nil, 0, "", fmt.Errorf("compress the raw image: %w", err)
+		return nil, 0, "", nil, fmt.Errorf("compress the raw image: %w", err)
 	}
-	return st, cr.n, hex.EncodeToString(h.Sum(nil)), nil
+	return st, cr.n, hex.EncodeToString(h.Sum(nil)), cw.List(), nil
 }

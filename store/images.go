@@ -34,6 +34,12 @@ type ImageFile struct {
 	Format    string `json:"format,omitempty"`
 	RawSize   int64  `json:"raw_size,omitempty"`
 	RawSHA256 string `json:"raw_sha256,omitempty"`
+	// Chunks is the SHA-256 of the blob holding a disk file's chunk list
+	// (the digest of each 4 MiB chunk of the raw disk image), which the
+	// deploy environment verifies in parallel. Records written before it
+	// existed have none: their deployments hash the whole stream. The
+	// blob is the image's as its files' are (ImageBlobInUse).
+	Chunks string `json:"chunks,omitempty"`
 }
 
 // Image is one imported boot image, unique by name and architecture.
@@ -107,6 +113,9 @@ func validateImage(im Image) error {
 		if f.RawSHA256 != "" && !sha256RE.MatchString(f.RawSHA256) {
 			return errorf(CodeInvalid, "image file %q: invalid raw sha256 %q", f.Path, f.RawSHA256)
 		}
+		if f.Chunks != "" && !sha256RE.MatchString(f.Chunks) {
+			return errorf(CodeInvalid, "image file %q: invalid chunk list sha256 %q", f.Path, f.Chunks)
+		}
 	}
 	return nil
 }
@@ -177,8 +186,8 @@ func (s *Store) DeleteImage(ctx context.Context, actor Actor, name, arch string)
 	return im, nil
 }
 
-// ImageBlobInUse reports whether any recorded image has a file with the
-// given SHA-256. A read error counts as in use, so blobs are never removed
+// ImageBlobInUse reports whether any recorded image has a file, or a
+// disk file's chunk list, with the given SHA-256. A read error counts as in use, so blobs are never removed
 // on doubt.
 func (s *Store) ImageBlobInUse(sha string) bool {
 	used := false
@@ -189,7 +198,7 @@ func (s *Store) ImageBlobInUse(sha string) bool {
 				return err
 			}
 			for _, f := range im.Files {
-				if f.SHA256 == sha {
+				if f.SHA256 == sha || f.Chunks == sha {
 					used = true
 				}
 			}

@@ -25,6 +25,8 @@ func testImage(name, arch, purpose string, shas ...string) store.Image {
 
 func withCmdline(im store.Image, c string) store.Image { im.Cmdline = c; return im }
 
+func withChunks(im store.Image, h string) store.Image { im.Files[0].Chunks = h; return im }
+
 // diskImage is a deploy image of one disk file of that format and raw size
 // and digest.
 func diskImage(format string, rawSize int64, rawSHA string) store.Image {
@@ -62,6 +64,8 @@ func TestPutImageValidation(t *testing.T) {
 		"qcow2 disk":       {admin, diskImage("qcow2", 1<<30, sha('b')), store.CodeInvalid},
 		"negative raw":     {admin, diskImage("raw", -1, ""), store.CodeInvalid},
 		"bad raw sha":      {admin, diskImage("zstd", 5, "abc"), store.CodeInvalid},
+		"chunk list":       {admin, withChunks(diskImage("zstd", 5, sha('b')), sha('c')), ""},
+		"bad chunk list":   {admin, withChunks(diskImage("raw", 5, ""), "abc"), store.CodeInvalid},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -102,6 +106,9 @@ func TestImagesRegistry(t *testing.T) {
 	put(testImage("ubuntu", "arm64", "deploy", sha('a'), sha('b')))
 	put(testImage("ubuntu", "amd64", "deploy", sha('a'), sha('c')))
 	put(testImage("enlist", "amd64", "enlist", sha('d')))
+	// A disk file's chunk list is a blob of the image too.
+	put(store.Image{Name: "disk", Arch: "amd64", Purpose: "deploy", Files: []store.ImageFile{
+		{Path: "disk.img", Role: "disk", SHA256: sha('8'), Size: 10, Format: "raw", RawSize: 10, RawSHA256: sha('8'), Chunks: sha('9')}}})
 	// Replacing ubuntu/amd64 drops its reference to c.
 	put(testImage("ubuntu", "amd64", "commission", sha('a'), sha('e')))
 
@@ -113,11 +120,11 @@ func TestImagesRegistry(t *testing.T) {
 	for _, im := range ims {
 		keys = append(keys, im.Name+"/"+im.Arch+"/"+im.Purpose)
 	}
-	if got, want := strings.Join(keys, " "), "enlist/amd64/enlist ubuntu/amd64/commission ubuntu/arm64/deploy"; got != want {
+	if got, want := strings.Join(keys, " "), "disk/amd64/deploy enlist/amd64/enlist ubuntu/amd64/commission ubuntu/arm64/deploy"; got != want {
 		t.Fatalf("Images = %s, want %s", got, want)
 	}
 
-	inUse := map[string]bool{sha('a'): true, sha('b'): true, sha('c'): false, sha('d'): true, sha('e'): true, sha('f'): false}
+	inUse := map[string]bool{sha('a'): true, sha('b'): true, sha('c'): false, sha('d'): true, sha('e'): true, sha('f'): false, sha('8'): true, sha('9'): true}
 	for h, want := range inUse {
 		if got := s.ImageBlobInUse(h); got != want {
 			t.Errorf("ImageBlobInUse(%c…) = %t, want %t", h[0], got, want)

@@ -412,6 +412,10 @@ type ImageFile struct {
 	Format    string `json:"format,omitempty"`
 	RawSize   int64  `json:"raw_size,omitempty"`
 	RawSHA256 string `json:"raw_sha256,omitempty"`
+	// Chunks is the SHA-256 of a disk file's chunk list (the digest of
+	// each 4 MiB chunk of the raw image), a blob served as
+	// images/<Chunks>; empty for images imported before chunk lists.
+	Chunks string `json:"chunks,omitempty"`
 }
 
 // Image is one imported boot image (GET /api/v1/images).

@@ -49,7 +49,8 @@ type Environment struct {
 	// rendered as rackd.image=<path>, rackd.image_sha256=<hex> and
 	// rackd.image_size=<bytes> (of the file served), and for a compressed
 	// image rackd.image_format=<format>, rackd.image_raw_size=<bytes> and
-	// rackd.image_raw_sha256=<hex> (of the decompressed disk), after
+	// rackd.image_raw_sha256=<hex> (of the decompressed disk), and
+	// rackd.image_chunks=<hex> when the image has a chunk list, after
 	// rackd's other arguments.
 	Disk *DiskImage
 }
@@ -73,6 +74,14 @@ type DiskImage struct {
 	// ignored for a raw image, whose raw bytes are the file's.
 	RawSize   int64
 	RawSHA256 string
+	// Chunks, when set, is the SHA-256 of the image's chunk list: the
+	// digest of each chunk of the decompressed image, a blob served next
+	// to the image (the same directory of the boot tree, named by this
+	// digest), which the environment fetches, checks against this
+	// digest and verifies the image with, chunk by chunk in parallel,
+	// instead of hashing the whole stream. Empty for images imported
+	// before chunk lists existed.
+	Chunks string
 }
 
 // The formats of a DiskImage, spelled as rackd.image_format= spells them.
@@ -259,6 +268,9 @@ func (d Decision) Cmdline(httpBase string) []string {
 			if im.RawSHA256 != "" {
 				args = append(args, "rackd.image_raw_sha256="+im.RawSHA256)
 			}
+		}
+		if im.Chunks != "" {
+			args = append(args, "rackd.image_chunks="+im.Chunks)
 		}
 	}
 	return append(args, d.Env.Args...)

@@ -30,6 +30,9 @@ type ImageFile struct {
 	Format    string
 	RawSize   int64
 	RawSHA256 string
+	// Chunks is the SHA-256 of the disk image's chunk list blob, or
+	// empty: see DiskImage.
+	Chunks string
 }
 
 // The image purposes and file roles the rule reads, spelled as the images
@@ -110,7 +113,7 @@ func imageEnvironment(im Image) Environment {
 			e.Initrds = append(e.Initrds, f.Path)
 		case RoleDisk:
 			e.Disk = &DiskImage{Path: f.Path, SHA256: f.SHA256, Size: f.Size,
-				Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256}
+				Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256, Chunks: f.Chunks}
 		}
 	}
 	e.Args = strings.Fields(im.Cmdline)

@@ -69,6 +69,7 @@ func TestDiskImageChecked(t *testing.T) {
 		"format":   {Path: "images/x", SHA256: sha, Size: 1, Format: "bzip2", RawSize: 2},
 		"raw size": {Path: "images/x", SHA256: sha, Size: 1, Format: FormatXZ},
 		"raw sha":  {Path: "images/x", SHA256: sha, Size: 1, Format: FormatGzip, RawSize: 2, RawSHA256: "x"},
+		"chunks":   {Path: "images/x", SHA256: sha, Size: 1, Chunks: "AB" + sha[2:]},
 	} {
 		env := Environment{Kernel: "images/k", Disk: &im}
 		src := &fakeSource{machines: map[string]MachineInfo{"52:54:00:00:09:01": {ID: "m", State: "DEPLOYING", Image: "raw"}},
@@ -95,6 +96,9 @@ func TestDiskImageArgs(t *testing.T) {
 		"zstd":          {DiskImage{Format: FormatZstd, RawSize: 1 << 30, RawSHA256: raw}, base + " rackd.image_format=zstd rackd.image_raw_size=1073741824 rackd.image_raw_sha256=" + raw},
 		"xz no raw sha": {DiskImage{Format: FormatXZ, RawSize: 4096}, base + " rackd.image_format=xz rackd.image_raw_size=4096"},
 		"gzip":          {DiskImage{Format: FormatGzip, RawSize: 7, RawSHA256: raw}, base + " rackd.image_format=gzip rackd.image_raw_size=7 rackd.image_raw_sha256=" + raw},
+		"raw, chunks":   {DiskImage{Format: FormatRaw, Chunks: raw}, base + " rackd.image_chunks=" + raw},
+		"zstd, chunks": {DiskImage{Format: FormatZstd, RawSize: 7, RawSHA256: raw, Chunks: sha},
+			base + " rackd.image_format=zstd rackd.image_raw_size=7 rackd.image_raw_sha256=" + raw + " rackd.image_chunks=" + sha},
 	} {
 		im := tc.im
 		im.Path, im.SHA256, im.Size = "images/"+sha, sha, 100

@@ -236,6 +236,9 @@ func prepare(d Decision, b base) (plan, error) {
 		if im.Size <= 0 {
 			return plan{}, fmt.Errorf("%w: disk image size %d: want a positive size", ErrInvalid, im.Size)
 		}
+		if im.Chunks != "" && !isHex64(im.Chunks) {
+			return plan{}, fmt.Errorf("%w: disk image chunk list sha256 %q: want 64 lower-case hex digits", ErrInvalid, im.Chunks)
+		}
 		switch im.Format {
 		case "", FormatRaw:
 		case FormatGzip, FormatXZ, FormatZstd:

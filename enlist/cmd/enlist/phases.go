@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"path"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +18,7 @@ import (
 	"rackd/enlist"
 	"rackd/enlist/deploy"
 	"rackd/enlist/inventory"
+	"rackd/internal/chunksum"
 )
 
 // The phase modes: booted by rackd with rackd.mode=commission,
@@ -40,6 +45,11 @@ type phaseArgs struct {
 	image    string
 	img      deploy.Image
 	diskRule string
+	// chunks is the SHA-256 of the image's chunk list
+	// (rackd.image_chunks=), served next to the image; empty when rackd
+	// has none for it (an image imported before chunk lists existed):
+	// the whole stream is hashed then.
+	chunks string
 	// measureDownload (enlist.measure_download=1, an image's own argument:
 	// benchmarks only) first fetches the image into nothing, timed, as the
 	// reference the streaming rate is compared with.
@@ -81,7 +91,57 @@ func parsePhaseArgs(mode, cmdline, diskFlag string) (phaseArgs, error) {
 	if err := p.img.Check(); err != nil {
 		return p, fmt.Errorf("the rackd.image_* arguments: %w", err)
 	}
+	if p.chunks = get("rackd.image_chunks"); p.chunks != "" && !isHex64(p.chunks) {
+		return p, fmt.Errorf("rackd.image_chunks=%q: want the chunk list's sha256, 64 lower-case hex digits", p.chunks)
+	}
 	return p, nil
+}
+
+func isHex64(s string) bool {
+	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
+}
+
+// fetchChunks fetches the image's chunk list, served next to the image
+// under its own digest, and checks it: its digest (the command line's),
+// and that it describes an image of the size announced. It reads at most
+// what a list of that image in the smallest chunks takes.
+func fetchChunks(ctx context.Context, base *url.URL, p phaseArgs) (*chunksum.List, error) {
+	u := strings.TrimSuffix(base.String(), "/") + "/boot/" + path.Join(path.Dir(p.image), p.chunks)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s", u, resp.Status)
+	}
+	rawSize := p.img.RawSize
+	if rawSize == 0 {
+		rawSize = p.img.Size
+	}
+	limit := 128 + chunksum.Count(rawSize, chunksum.MinSize)*(2*sha256.Size+1)
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", u, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: more than the %d bytes a chunk list of a %d-byte image takes", u, limit, rawSize)
+	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != p.chunks {
+		return nil, fmt.Errorf("%s: sha256 mismatch: the chunk list hashes to %x, want %s", u, sum, p.chunks)
+	}
+	l, err := chunksum.Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	if l.ImageSize != rawSize {
+		return nil, fmt.Errorf("the chunk list describes a %d-byte image, the image is %d bytes", l.ImageSize, rawSize)
+	}
+	return l, nil
 }
 
 // runPhase claims the phase's credential from the interface mac, does the
@@ -111,6 +171,11 @@ func runPhase(ctx context.Context, sys system, p phaseArgs, mac string, base *ur
 			rep.Error = werr.Error()
 		} else {
 			rep.Disk, rep.Bytes, rep.SHA256 = name, res.Bytes, res.SHA256
+			if res.Chunks > 0 {
+				// Every chunk matched the list rackd recorded for this
+				// image at import: the disk holds the image it names.
+				rep.SHA256 = p.img.SHA256
+			}
 			done = fmt.Sprintf("%d bytes to %s", res.Bytes, name)
 		}
 	case enlist.ModeErase:
@@ -213,6 +278,12 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, cl
 		return deploy.Result{}, target.Name, fmt.Errorf("open disk %s: %w", target.Name, err)
 	}
 	defer d.Close()
+	if p.chunks != "" {
+		if p.img.Chunks, err = fetchChunks(ctx, base, p); err != nil {
+			return deploy.Result{}, target.Name, fmt.Errorf("fetch the image's chunk list: %w", err)
+		}
+		say("chunk list: %d chunks of %d bytes, verified in parallel on %d CPUs", len(p.img.Chunks.Sums), p.img.Chunks.ChunkSize, runtime.NumCPU())
+	}
 	u := strings.TrimSuffix(base.String(), "/") + "/boot/" + p.image
 	if p.measureDownload {
 		if err := measureDownload(ctx, u, say); err != nil {
@@ -260,7 +331,11 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, cl
 		return res, target.Name, err
 	}
 	secs := time.Since(start).Seconds()
-	say("wrote %d bytes to %s in %.2fs (%.1f MB/s), sha256 verified, synced", res.Bytes, target.Name, secs, float64(res.Bytes)/1e6/max(secs, 1e-3))
+	verified := "sha256 verified"
+	if res.Chunks > 0 {
+		verified = fmt.Sprintf("sha256 of %d chunks verified", res.Chunks)
+	}
+	say("wrote %d bytes to %s in %.2fs (%.1f MB/s), %s, synced", res.Bytes, target.Name, secs, float64(res.Bytes)/1e6/max(secs, 1e-3), verified)
 	if s := res.Seed; s != nil {
 		say("seed written to %s partition %d (%s), bytes %d to %d of the disk", deploy.SeedPartitionName, s.Partition, s.Table, s.Start, s.Start+s.Size)
 	}

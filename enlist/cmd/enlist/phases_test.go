@@ -24,6 +24,7 @@ import (
 	"rackd/agent/client"
 	"rackd/enlist"
 	"rackd/enlist/deploy"
+	"rackd/internal/chunksum"
 	"rackd/store"
 )
 
@@ -292,6 +293,12 @@ func TestPhasesCommissionDeployRelease(t *testing.T) {
 	if want := fmt.Sprintf("download only: %d bytes in ", len(l.raw)); !strings.Contains(h.out.String(), want) {
 		t.Errorf("no download-only measurement (%q) with enlist.measure_download=1:\n%s", want, h.out.String())
 	}
+	// The import recorded the image's chunk list, and the environment
+	// verified the image with it.
+	if n := chunksum.Count(int64(len(l.raw)), chunksum.Size); !strings.Contains(cl, "rackd.image_chunks=") ||
+		!strings.Contains(h.out.String(), fmt.Sprintf("sha256 of %d chunks verified", n)) {
+		t.Errorf("deploy command line %q: the image was not verified by its chunk list:\n%s", cl, h.out.String())
+	}
 	if got := phaseLine(h.out.String()); got != fmt.Sprintf("%s%d bytes to vda, rebooting", enlist.MarkerDeployed, len(l.raw)) ||
 		!reflect.DeepEqual(h.power.actions(), []string{"reboot"}) {
 		t.Fatalf("final %q actions %v\n%s", got, h.power.actions(), h.out.String())
@@ -430,7 +437,9 @@ func TestPhasesCorruptImage(t *testing.T) {
 	if m.State != store.StateFailedDeployment {
 		t.Fatalf("state %s", m.State)
 	}
-	if e := l.lastEvent(); !strings.Contains(e.Reason, "deploy failed: sha256 mismatch") || !strings.Contains(e.Reason, l.rawSHA) {
+	// The image has a chunk list (the import's): the reason names the
+	// chunk that holds the changed byte.
+	if e := l.lastEvent(); !strings.Contains(e.Reason, "deploy failed: sha256 mismatch: chunk 0 (bytes 0 to 4194304)") {
 		t.Fatalf("event %+v", e)
 	}
 	if !bytes.Equal(l.diskHead(deploy.HeadSize), make([]byte, deploy.HeadSize)) {
@@ -714,5 +723,90 @@ func TestDeployImageCompressed(t *testing.T) {
 				t.Fatalf("partition table % x", got[446:512])
 			}
 		})
+	}
+}
+
+// With rackd.image_chunks=, the environment fetches the chunk list served
+// next to the image, checks its digest and size, and verifies the image
+// chunk by chunk; a list that is not the one named, or not of this image,
+// fails the deployment before anything is written, and a corrupt chunk
+// fails it with the head zeroed.
+func TestDeployImageChunked(t *testing.T) {
+	raw := make([]byte, 9<<20+7)
+	for i := range raw {
+		raw[i] = byte(i/4096 + i%7)
+	}
+	clear(raw[:512])
+	raw[510], raw[511] = 0x55, 0xAA
+	hexSum := func(b []byte) string { h := sha256.Sum256(b); return hex.EncodeToString(h[:]) }
+	listOf := func(b []byte) []byte { w := &chunksum.Writer{}; w.Write(b); return w.List().Marshal() }
+	list, otherList := listOf(raw), listOf(raw[:len(raw)-1])
+	corrupt := bytes.Clone(raw)
+	corrupt[5<<20] ^= 1
+	files := map[string][]byte{
+		"/boot/images/" + hexSum(raw): raw, "/boot/images/" + hexSum(list): list, "/boot/images/" + hexSum(otherList): otherList,
+		"/boot/images/bad": corrupt, "/boot/images/" + strings.Repeat("0", 64): []byte("rackd-chunks/1 sha256 4194304 1\n"),
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(b)
+	}))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	for _, tc := range []struct {
+		name, image, chunks string
+		want                string
+		zeroed              bool // the head zeroed, else untouched
+	}{
+		{"ok", hexSum(raw), hexSum(list), "", false},
+		{"corrupt chunk", "bad", hexSum(list), "sha256 mismatch: chunk 1 (bytes 4194304 to 8388608)", true},
+		{"list of another image", hexSum(raw), hexSum(otherList), "the chunk list describes a 9437190-byte image", false},
+		{"list not the one named", hexSum(raw), strings.Repeat("0", 64), "sha256 mismatch: the chunk list hashes to", false},
+		{"no such list", hexSum(raw), strings.Repeat("1", 64), "404 Not Found", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := fmt.Sprintf("rackd.machine=m-a rackd.image=images/%s rackd.image_sha256=%s rackd.image_size=%d rackd.image_chunks=%s",
+				tc.image, hexSum(raw), len(raw), tc.chunks)
+			p, err := parsePhaseArgs(enlist.ModeDeploy, cl, "")
+			if err != nil || p.chunks != tc.chunks {
+				t.Fatalf("%+v %v", p, err)
+			}
+			p.token = "t"
+			diskPath := filepath.Join(t.TempDir(), "vda")
+			if err := os.WriteFile(diskPath, bytes.Repeat([]byte{0xEE}, 12<<20), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sys := system{openDisk: func(name string) (disk, error) { return os.OpenFile(diskPath, os.O_WRONLY, 0) }}
+			var said []string
+			client := &enlist.Client{Base: base, Backoff: enlist.Backoff{Tries: 1}}
+			res, _, err := deployImage(t.Context(), sys, p, base, client, enlist.Inventory{Disks: []enlist.Disk{{Name: "vda", SizeBytes: 12 << 20}}},
+				func(f string, a ...any) { said = append(said, fmt.Sprintf(f, a...)) })
+			got, _ := os.ReadFile(diskPath)
+			console := strings.Join(said, "\n")
+			if tc.want != "" {
+				head := bytes.Repeat([]byte{0xEE}, deploy.HeadSize)
+				if tc.zeroed {
+					head = make([]byte, deploy.HeadSize)
+				}
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !bytes.Equal(got[:deploy.HeadSize], head) {
+					t.Fatalf("err %v, want %q (and the head zeroed: %v)\n%s", err, tc.want, tc.zeroed, console)
+				}
+				return
+			}
+			if err != nil || res.Chunks != 3 || !bytes.Equal(got[:len(raw)], raw) ||
+				!strings.Contains(console, "chunk list: 3 chunks of 4194304 bytes") || !strings.Contains(console, "sha256 of 3 chunks verified") {
+				t.Fatalf("%+v %v\n%s", res, err, console)
+			}
+		})
+	}
+	for _, bad := range []string{"AB", strings.Repeat("g", 64), strings.Repeat("A", 64)} {
+		cl := fmt.Sprintf("rackd.machine=m-a rackd.image=images/x rackd.image_sha256=%s rackd.image_size=1 rackd.image_chunks=%s", hexSum(raw), bad)
+		if _, err := parsePhaseArgs(enlist.ModeDeploy, cl, ""); err == nil || !strings.Contains(err.Error(), "rackd.image_chunks") {
+			t.Errorf("rackd.image_chunks=%s: %v", bad, err)
+		}
 	}
 }
