@@ -29,8 +29,10 @@ import (
 // maxHashWorkers bounds the pool: each worker keeps a chunk in memory.
 const maxHashWorkers = 16
 
-// hashWorkers is how many chunks are hashed at once.
-func hashWorkers() int { return max(1, min(runtime.NumCPU(), maxHashWorkers)) }
+// hashWorkers is how many chunks are hashed at once: one per CPU the
+// program may run on (GOMAXPROCS: the machine's CPUs, or fewer when a
+// CPU limit says so).
+func hashWorkers() int { return max(1, min(runtime.GOMAXPROCS(0), maxHashWorkers)) }
 
 // streamChunks reads the raw image (size bytes, in list's chunks) from
 // src and writes it to d, all but the first HeadSize bytes, which it

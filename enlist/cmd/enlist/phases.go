@@ -282,7 +282,7 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, cl
 		if p.img.Chunks, err = fetchChunks(ctx, base, p); err != nil {
 			return deploy.Result{}, target.Name, fmt.Errorf("fetch the image's chunk list: %w", err)
 		}
-		say("chunk list: %d chunks of %d bytes, verified in parallel on %d CPUs", len(p.img.Chunks.Sums), p.img.Chunks.ChunkSize, runtime.NumCPU())
+		say("chunk list: %d chunks of %d bytes, verified in parallel on %d CPUs", len(p.img.Chunks.Sums), p.img.Chunks.ChunkSize, runtime.GOMAXPROCS(0))
 	}
 	u := strings.TrimSuffix(base.String(), "/") + "/boot/" + p.image
 	if p.measureDownload {
