@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"rackd/internal/chunksum"
 )
 
 // The chunked path. When rackd hands over the image's chunk list (the
@@ -34,7 +32,7 @@ const maxHashWorkers = 16
 // CPU limit says so).
 func hashWorkers() int { return max(1, min(runtime.GOMAXPROCS(0), maxHashWorkers)) }
 
-// streamChunks reads the raw image (size bytes, in list's chunks) from
+// streamChunks reads the raw image (size bytes, in img.Chunks's chunks) from
 // src and writes it to d, all but the first HeadSize bytes, which it
 // returns (prepare sees them before anything else is written). Each chunk
 // is read whole into one of a few buffers, then handed to a hash worker
@@ -45,7 +43,7 @@ func hashWorkers() int { return max(1, min(runtime.GOMAXPROCS(0), maxHashWorkers
 // read before it); a worker's or the writer's failure wins over the
 // reader's, which it often causes. what names the stream in a
 // ChecksumError. readTime gets the time spent in src.Read.
-func streamChunks(ctx context.Context, src io.Reader, d Disk, size int64, list *chunksum.List, what string, opt Options,
+func streamChunks(ctx context.Context, src io.Reader, d Disk, size int64, img Image, what string, opt Options,
 	prepare func([]byte) error, readFail func(error, int64) error, readTime *time.Duration, res *Result) ([]byte, int64, error) {
 	type job struct {
 		i    int
@@ -53,6 +51,7 @@ func streamChunks(ctx context.Context, src io.Reader, d Disk, size int64, list *
 		off  int64
 		left atomic.Int32
 	}
+	list := img.Chunks
 	workers := hashWorkers()
 	inflight := workers + 2 // one being read, one being written
 	free := make(chan []byte, inflight)
@@ -81,7 +80,7 @@ func streamChunks(ctx context.Context, src io.Reader, d Disk, size int64, list *
 					got := sha256.Sum256(j.b)
 					hashNS.Add(int64(time.Since(t)))
 					if want := list.Sums[j.i]; got != want {
-						fail(&ChecksumError{What: what, Chunk: j.i, Offset: j.off, Len: int64(len(j.b)),
+						fail(&ChecksumError{What: what, Chunk: j.i, Offset: j.off, Len: int64(len(j.b)), Image: img.SHA256,
 							Got: hex.EncodeToString(got[:]), Want: hex.EncodeToString(want[:])})
 					}
 				}
@@ -175,7 +174,7 @@ read:
 // writeRawChunked writes a raw image verified by its chunk list.
 func writeRawChunked(ctx context.Context, r io.Reader, d Disk, img Image, opt Options, prepare func([]byte) error, res *Result) ([]byte, error) {
 	size := img.Size
-	head, n, err := streamChunks(ctx, r, d, size, img.Chunks, "image", opt, prepare, func(err error, n int64) error {
+	head, n, err := streamChunks(ctx, r, d, size, img, "image", opt, prepare, func(err error, n int64) error {
 		return readErr("read the image", err, n, size)
 	}, &res.Read, res)
 	res.Downloaded = n

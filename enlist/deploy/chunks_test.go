@@ -182,6 +182,7 @@ func TestWriteChunkedFailures(t *testing.T) {
 					case tc.chunk >= 0 && !errors.As(err, &ce):
 						t.Fatalf("%#v: want a *ChecksumError", err)
 					case tc.chunk >= 0 && (ce.Chunk != tc.chunk || ce.Offset != int64(tc.chunk)*cs || ce.Want == ce.Got ||
+						ce.Image != tc.img.SHA256 || !strings.Contains(err.Error(), "(image "+tc.img.SHA256+")") ||
 						ce.Want != hex.EncodeToString(img.Chunks.Sums[tc.chunk][:])):
 						t.Fatalf("%+v, want chunk %d", ce, tc.chunk)
 					case tc.chunk == -1 && errors.As(err, &ce):

@@ -121,9 +121,11 @@ type ChecksumError struct {
 	What      string
 	Got, Want string
 	// Len, when positive, says the digest is that of one chunk of the
-	// raw image: chunk number Chunk, Len bytes at byte Offset.
+	// raw image: chunk number Chunk, Len bytes at byte Offset, of the
+	// image whose served file's SHA-256 is Image.
 	Chunk       int
 	Offset, Len int64
+	Image       string
 }
 
 func (e *ChecksumError) Error() string {
@@ -132,8 +134,8 @@ func (e *ChecksumError) Error() string {
 		what = "image"
 	}
 	if e.Len > 0 {
-		return fmt.Sprintf("sha256 mismatch: chunk %d (bytes %d to %d) of the %s streamed hashes to %s, want %s",
-			e.Chunk, e.Offset, e.Offset+e.Len, what, e.Got, e.Want)
+		return fmt.Sprintf("sha256 mismatch: chunk %d (bytes %d to %d) of the %s streamed (image %s) hashes to %s, want %s",
+			e.Chunk, e.Offset, e.Offset+e.Len, what, e.Image, e.Got, e.Want)
 	}
 	return fmt.Sprintf("sha256 mismatch: the %s streamed hashes to %s, want %s", what, e.Got, e.Want)
 }
@@ -362,7 +364,7 @@ func writeCompressed(ctx context.Context, r io.Reader, d Disk, img Image, opt Op
 	}
 	defer closeDec()
 	if img.Chunks != nil {
-		head, n, err := streamChunks(ctx, dec, d, size, img.Chunks, "decompressed image", opt, prepare, func(err error, n int64) error {
+		head, n, err := streamChunks(ctx, dec, d, size, img, "decompressed image", opt, prepare, func(err error, n int64) error {
 			return decompressErr(img.Format, err, n, size)
 		}, &res.Decompress, res)
 		if err != nil {

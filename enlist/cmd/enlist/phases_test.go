@@ -438,8 +438,9 @@ func TestPhasesCorruptImage(t *testing.T) {
 		t.Fatalf("state %s", m.State)
 	}
 	// The image has a chunk list (the import's): the reason names the
-	// chunk that holds the changed byte.
-	if e := l.lastEvent(); !strings.Contains(e.Reason, "deploy failed: sha256 mismatch: chunk 0 (bytes 0 to 4194304)") {
+	// image and the chunk that holds the changed byte.
+	if e := l.lastEvent(); !strings.Contains(e.Reason, "deploy failed: sha256 mismatch: chunk 0 (bytes 0 to 4194304)") ||
+		!strings.Contains(e.Reason, l.rawSHA) {
 		t.Fatalf("event %+v", e)
 	}
 	if !bytes.Equal(l.diskHead(deploy.HeadSize), make([]byte, deploy.HeadSize)) {
