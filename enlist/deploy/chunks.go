@@ -91,11 +91,11 @@ func streamChunks(ctx context.Context, src io.Reader, d Disk, size int64, img Im
 	head := alignedBuf(int(min(HeadSize, size)))
 	wg.Go(func() {
 		for j := range writeQ {
-			if failed.Load() == nil {
-				b, off := j.b, j.off
-				if j.i == 0 {
-					b, off = b[len(head):], off+int64(len(head))
-				}
+			b, off := j.b, j.off
+			if j.i == 0 {
+				b, off = b[len(head):], off+int64(len(head))
+			}
+			if failed.Load() == nil && len(b) > 0 {
 				t := time.Now()
 				_, err := d.WriteAt(b, off)
 				writeDur += time.Since(t)
