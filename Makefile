@@ -126,7 +126,7 @@ e2e: test-deps enlist-image
 ##   refused bundles, a rollback and a power loss (e2e/appliance; builds its
 ##   three images into build/e2e-appliance first, minutes when the initramfs changed)
 e2e-appliance: test-deps enlist-image
-	CGO_ENABLED=1 $(GO) test -count=1 -v -timeout 75m ./e2e/appliance/
+	RACKD_E2E_APPLIANCE=1 CGO_ENABLED=1 $(GO) test -count=1 -v -timeout 75m ./e2e/appliance/
 
 ## e2e-deploy-os: the Debian deploy end to end on a real VM (root, QEMU, ipmi_sim; 10-25
 ##   minutes under TCG; make test runs it beside the other tests): the image booted under

@@ -46,6 +46,7 @@ func (a *appliance) up(n int, slot, version string) banner {
 // with the admin token its console printed; the first boot made the rack
 // subnet and imported the slot's images.
 func TestApplianceBoot(t *testing.T) {
+	requireApplianceE2E(t)
 	for _, fw := range []struct {
 		name string
 		uefi bool
@@ -222,6 +223,7 @@ func (a *appliance) update(file string, args ...string) (string, error) {
 // by itself; a power loss in the middle of writing a slot leaves the
 // appliance on its good slot, and the retried update succeeds.
 func TestApplianceLifecycle(t *testing.T) {
+	requireApplianceE2E(t)
 	imgA, bundleB, broken := image(t, variantA), image(t, variantB), image(t, variantBroken)
 	r := newRig(t)
 	d := disk(t, imgA.img, 1536)
@@ -419,4 +421,16 @@ func waitChanged(t *testing.T, file string, p partition, was string, d time.Dura
 		time.Sleep(2 * time.Second)
 	}
 	t.Logf("the slot's bytes on the disk file did not change within %v: cutting the power anyway", d)
+}
+
+// requireApplianceE2E skips the appliance's real-VM tests unless
+// RACKD_E2E_APPLIANCE is set (make e2e-appliance sets it): they build three
+// appliance images (a quarter hour on a loaded two-core machine) and boot
+// them many times under TCG, more than make test's budget has left beside
+// the other real-VM tests.
+func requireApplianceE2E(t *testing.T) {
+	t.Helper()
+	if os.Getenv("RACKD_E2E_APPLIANCE") == "" {
+		t.Skip("builds and boots the appliance image (20+ minutes under TCG): make e2e-appliance runs it (RACKD_E2E_APPLIANCE=1)")
+	}
 }
