@@ -347,7 +347,6 @@ func TestApplianceLifecycle(t *testing.T) {
 	half := len(b.raw) / 2
 	was := digest(t, d, parts["rackd-a"])
 	g := &gate{sent: make(chan struct{}), stop: make(chan struct{})}
-	defer close(g.stop)
 	body := io.MultiReader(bytes.NewReader(b.raw[:half]), g)
 	done := make(chan error, 1)
 	go func() {
@@ -375,6 +374,9 @@ func TestApplianceLifecycle(t *testing.T) {
 	// of them on the disk (bounded: a condition, not a race to win).
 	waitChanged(t, d, parts["rackd-a"], was, time.Minute)
 	a.powerLoss()
+	// The client's transport waits for its body writer: end the body,
+	// or the request never returns.
+	close(g.stop)
 	<-done
 	a.launch()
 	a.up(1, "b", variantB.version)
