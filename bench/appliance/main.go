@@ -22,10 +22,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"time"
 
 	"rackd/bench/internal/e2eresult"
@@ -47,45 +43,15 @@ func run(timeout time.Duration) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces, tap devices for the VMs)")
 	}
-	accel := os.Getenv("RACKD_E2E_ACCEL")
-	if accel == "" {
-		accel = "tcg"
-	}
-	dir, err := os.MkdirTemp("", "bench-appliance-")
+	vals, err := e2eresult.Run{
+		Test: "TestApplianceBench", Package: "./e2e/appliance/", Env: []string{"RACKD_E2E_BENCH_APPLIANCE=1"},
+		Timeout: timeout, Echo: []string{"bench: ", "built appliance"}, Keys: keys,
+	}.Do(context.Background())
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	results := filepath.Join(dir, "results")
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	cmd := exec.CommandContext(ctx, goTool, "test", "-count=1", "-v", "-timeout", timeout.String(),
-		"-run", "^TestApplianceBench$", "./e2e/appliance/")
-	cmd.Env = append(os.Environ(), "RACKD_E2E_RESULTS="+results, "RACKD_E2E_BENCH_APPLIANCE=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("go test: %v\n%s", err, out)
-	}
-	if strings.Contains(string(out), "--- SKIP") {
-		return fmt.Errorf("the test skipped:\n%s", out)
-	}
-	for line := range strings.SplitSeq(string(out), "\n") {
-		if strings.Contains(line, "bench: ") || strings.Contains(line, "built appliance") {
-			fmt.Println(strings.TrimSpace(line))
-		}
-	}
-	vals, err := e2eresult.Read(results)
-	if err != nil {
-		return fmt.Errorf("%w\n%s", err, out)
-	}
-	for _, k := range keys {
-		if _, ok := vals[k]; !ok {
-			return fmt.Errorf("the test recorded no %s\n%s", k, out)
-		}
-	}
 	fmt.Printf("RESULT appliance_boot_to_api_s=%.1f debian_boot_to_api_s=%.1f ratio=%.2f first_enlist_s=%.1f update_s=%.1f rollback_s=%.1f image_mb=%.0f accel=%s\n",
 		vals["appliance_boot_to_api_s"], vals["debian_boot_to_api_s"], vals["debian_boot_to_api_s"]/vals["appliance_boot_to_api_s"],
-		vals["first_enlist_s"], vals["update_s"], vals["rollback_s"], vals["image_mb"], accel)
+		vals["first_enlist_s"], vals["update_s"], vals["rollback_s"], vals["image_mb"], e2eresult.Accel())
 	return nil
 }

@@ -14,18 +14,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
+
+	"rackd/bench/internal/e2eresult"
 )
 
 func main() {
@@ -45,61 +41,21 @@ func run(reps int, timeout time.Duration) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces, a tap device for the VM)")
 	}
-	accel := os.Getenv("RACKD_E2E_ACCEL")
-	if accel == "" {
-		accel = "tcg"
-	}
-	dir, err := os.MkdirTemp("", "bench-boot-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	var times, offs []float64
 	for i := 1; i <= reps; i++ {
-		results := filepath.Join(dir, fmt.Sprintf("results-%d", i))
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		cmd := exec.CommandContext(ctx, goTool, "test", "-count=1", "-v", "-run", "^TestE2EEnlistBIOS$", "./e2e/")
-		cmd.Env = append(os.Environ(), "RACKD_E2E_RESULTS="+results)
-		out, err := cmd.CombinedOutput()
-		cancel()
+		vals, err := e2eresult.Run{
+			Test: "TestE2EEnlistBIOS", Package: "./e2e/", Timeout: timeout, Prefix: fmt.Sprintf("run %d: ", i),
+			Echo: []string{"timeline from VM start", "make initramfs took"}, Keys: []string{"e2e_enlist_s", "e2e_poweroff_s"},
+		}.Do(context.Background())
 		if err != nil {
-			return fmt.Errorf("run %d: go test: %v\n%s", i, err, out)
+			return fmt.Errorf("run %d: %w", i, err)
 		}
-		for line := range strings.SplitSeq(string(out), "\n") {
-			if strings.Contains(line, "timeline from VM start") || strings.Contains(line, "make initramfs took") {
-				fmt.Printf("run %d: %s\n", i, strings.TrimSpace(line))
-			}
-		}
-		v, err := readResult(results, "e2e_enlist_s")
-		if err != nil {
-			return fmt.Errorf("run %d: %w\n%s", i, err, out)
-		}
-		off, err := readResult(results, "e2e_poweroff_s")
-		if err != nil {
-			return fmt.Errorf("run %d: %w\n%s", i, err, out)
-		}
+		v, off := vals["e2e_enlist_s"], vals["e2e_poweroff_s"]
 		fmt.Printf("run %d: VM start to NEW machine %.2f s, to powered off %.2f s\n", i, v, off)
 		times, offs = append(times, v), append(offs, off)
 	}
 	slices.Sort(times)
 	slices.Sort(offs)
-	fmt.Printf("RESULT e2e_enlist_s=%.1f poweroff_s=%.1f reps=%d accel=%s\n", times[len(times)/2], offs[len(offs)/2], reps, accel)
+	fmt.Printf("RESULT e2e_enlist_s=%.1f poweroff_s=%.1f reps=%d accel=%s\n", times[len(times)/2], offs[len(offs)/2], reps, e2eresult.Accel())
 	return nil
-}
-
-// readResult reads key=value lines written by the e2e test.
-func readResult(path, key string) (float64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("no result from the test: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), key+"="); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s in %s", key, path)
 }

@@ -26,14 +26,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"rackd/bench/internal/e2eresult"
-	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
+
+	"rackd/bench/internal/e2eresult"
 )
 
 func main() {
@@ -59,48 +56,19 @@ func run(reps, imageMB int, timeout time.Duration) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces, a tap device for the VM)")
 	}
-	accel := os.Getenv("RACKD_E2E_ACCEL")
-	if accel == "" {
-		accel = "tcg"
-	}
-	dir, err := os.MkdirTemp("", "bench-deploy-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	got := map[string][]float64{}
 	for i := 1; i <= reps; i++ {
-		results := filepath.Join(dir, fmt.Sprintf("results-%d", i))
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		cmd := exec.CommandContext(ctx, goTool, "test", "-count=1", "-v", "-run", "^TestE2ECommissionDeployRelease$", "./e2e/")
-		cmd.Env = append(os.Environ(), "RACKD_E2E_RESULTS="+results, "RACKD_E2E_BENCH=1",
-			"RACKD_E2E_RAW_MB="+strconv.Itoa(imageMB))
-		out, err := cmd.CombinedOutput()
-		cancel()
+		vals, err := e2eresult.Run{
+			Test: "TestE2ECommissionDeployRelease", Package: "./e2e/",
+			Env:     []string{"RACKD_E2E_BENCH=1", "RACKD_E2E_RAW_MB=" + strconv.Itoa(imageMB)},
+			Timeout: timeout, Prefix: fmt.Sprintf("run %d: ", i), Keys: keys,
+			Echo: []string{"commissioned in", "deployed in", "streamed to", "time spent", "plain download", "make initramfs took"},
+		}.Do(context.Background())
 		if err != nil {
-			return fmt.Errorf("run %d: go test: %v\n%s", i, err, out)
-		}
-		if strings.Contains(string(out), "--- SKIP") {
-			return fmt.Errorf("run %d: the test skipped:\n%s", i, out)
-		}
-		for line := range strings.SplitSeq(string(out), "\n") {
-			for _, s := range []string{"commissioned in", "deployed in", "streamed to", "time spent", "plain download", "make initramfs took"} {
-				if strings.Contains(line, s) {
-					fmt.Printf("run %d: %s\n", i, strings.TrimSpace(line))
-				}
-			}
-		}
-		vals, err := e2eresult.Read(results)
-		if err != nil {
-			return fmt.Errorf("run %d: %w\n%s", i, err, out)
+			return fmt.Errorf("run %d: %w", i, err)
 		}
 		for _, k := range keys {
-			v, ok := vals[k]
-			if !ok {
-				return fmt.Errorf("run %d: the test recorded no %s\n%s", i, k, out)
-			}
-			got[k] = append(got[k], v)
+			got[k] = append(got[k], vals[k])
 		}
 	}
 	med := func(k string) float64 {
@@ -110,6 +78,6 @@ func run(reps, imageMB int, timeout time.Duration) error {
 	}
 	stream, plain := med("e2e_stream_mb_s"), med("e2e_download_mb_s")
 	fmt.Printf("RESULT commission_s=%.1f deploy_s=%.1f stream_mb_s=%.1f curl_mb_s=%.1f ratio=%.2f reps=%d image_mb=%d accel=%s\n",
-		med("e2e_commission_s"), med("e2e_deploy_s"), stream, plain, stream/plain, reps, imageMB, accel)
+		med("e2e_commission_s"), med("e2e_deploy_s"), stream, plain, stream/plain, reps, imageMB, e2eresult.Accel())
 	return nil
 }

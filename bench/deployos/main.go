@@ -23,12 +23,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"rackd/bench/internal/e2eresult"
-	"runtime"
-	"strings"
 	"time"
+
+	"rackd/bench/internal/e2eresult"
 )
 
 func main() {
@@ -47,45 +44,15 @@ func run(timeout time.Duration) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces, a tap device for the VM)")
 	}
-	accel := os.Getenv("RACKD_E2E_ACCEL")
-	if accel == "" {
-		accel = "tcg"
-	}
-	dir, err := os.MkdirTemp("", "bench-deploy-os-")
+	vals, err := e2eresult.Run{
+		Test: "TestE2EDeployOSBench", Package: "./e2e/", Env: []string{"RACKD_E2E_BENCH_OS=1"},
+		Timeout: timeout, Echo: []string{"bench: ", "image-debian.sh"}, Keys: keys,
+	}.Do(context.Background())
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	results := filepath.Join(dir, "results")
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	cmd := exec.CommandContext(ctx, goTool, "test", "-count=1", "-v", "-timeout", timeout.String(),
-		"-run", "^TestE2EDeployOSBench$", "./e2e/")
-	cmd.Env = append(os.Environ(), "RACKD_E2E_RESULTS="+results, "RACKD_E2E_BENCH_OS=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("go test: %v\n%s", err, out)
-	}
-	if strings.Contains(string(out), "--- SKIP") {
-		return fmt.Errorf("the test skipped:\n%s", out)
-	}
-	for line := range strings.SplitSeq(string(out), "\n") {
-		if strings.Contains(line, "bench: ") || strings.Contains(line, "image-debian.sh") {
-			fmt.Println(strings.TrimSpace(line))
-		}
-	}
-	vals, err := e2eresult.Read(results)
-	if err != nil {
-		return fmt.Errorf("%w\n%s", err, out)
-	}
-	for _, k := range keys {
-		if _, ok := vals[k]; !ok {
-			return fmt.Errorf("the test recorded no %s\n%s", k, out)
-		}
-	}
 	fmt.Printf("RESULT deploy_to_ssh_s=%.1f local_boot_to_ssh_s=%.1f overhead_ratio=%.2f raw_stream_mb_s=%.1f zst_stream_mb_s=%.1f xz_stream_mb_s=%.1f image_mb=%.0f accel=%s\n",
 		vals["deploy_to_ssh_s"], vals["local_boot_to_ssh_s"], vals["deploy_to_ssh_s"]/vals["local_boot_to_ssh_s"],
-		vals["raw_stream_mb_s"], vals["zst_stream_mb_s"], vals["xz_stream_mb_s"], vals["image_mb"], accel)
+		vals["raw_stream_mb_s"], vals["zst_stream_mb_s"], vals["xz_stream_mb_s"], vals["image_mb"], e2eresult.Accel())
 	return nil
 }

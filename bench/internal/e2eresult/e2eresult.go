@@ -1,5 +1,5 @@
-// Package e2eresult reads what a real-VM e2e test, run by a benchmark,
-// writes for it: one key=value line per figure.
+// Package e2eresult runs a real-VM e2e test for a benchmark and reads what
+// the test writes for it: one key=value line per figure.
 package e2eresult
 
 import (
