@@ -12,9 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"rackd/internal/vmtest"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,24 +45,16 @@ var (
 func debianImage(t testing.TB) debianImages {
 	t.Helper()
 	debianOnce.Do(func() {
-		root := repoRoot(t)
+		root := vmtest.RepoRoot(t)
 		base := os.Getenv("RACKD_E2E_DEBIAN")
 		if base == "" {
 			base = filepath.Join(root, "build")
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-			defer cancel()
-			start := time.Now()
-			cmd := exec.CommandContext(ctx, "bash", "scripts/image-debian.sh")
-			cmd.Dir = root
+			var env []string
 			if os.Getenv("RACKD_E2E_BENCH_OS") != "" {
-				cmd.Env = append(os.Environ(), "IMAGE_XZ=1")
+				env = []string{"IMAGE_XZ=1"}
 			}
-			// A tree of processes (mmdebstrap, apt, dpkg, zstd): the
-			// whole group goes at the deadline.
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-			cmd.WaitDelay = 5 * time.Second
-			out, err := cmd.CombinedOutput()
+			start := time.Now()
+			out, err := vmtest.Script(t, 20*time.Minute, env, "scripts/image-debian.sh")
 			if err != nil {
 				debianErr = fmt.Errorf("scripts/image-debian.sh: %v\n%s", err, out)
 				return
@@ -385,7 +377,7 @@ func startOSVM(t *testing.T, ns *netnstest.NS, br, mac string, uefi bool, disks 
 		args = append(args, "-drive", fmt.Sprintf("if=none,id=d%d,format=%s,file=%s", i, format, d), "-device", dev)
 	}
 	if uefi {
-		code, vars := ovmf(t)
+		code, vars := vmtest.OVMF(t)
 		own := filepath.Join(dir, "OVMF_VARS.fd")
 		b, err := os.ReadFile(vars)
 		if err != nil {

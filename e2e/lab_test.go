@@ -12,7 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"rackd/internal/vmtest"
 	"slices"
 	"strings"
 	"sync"
@@ -37,54 +37,7 @@ const (
 	bootTimeout = 300 * time.Second
 )
 
-// repoRoot is the repository's top directory (this package is one below).
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Dir(wd)
-}
-
-var (
-	rackdOnce sync.Once
-	rackdPath string
-	rackdErr  error
-)
-
-// rackdBinary builds rackd once per test binary, into a directory removed by
-// TestMain.
-func rackdBinary(t testing.TB) string {
-	t.Helper()
-	rackdOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "rackd-e2e-")
-		if err != nil {
-			rackdErr = err
-			return
-		}
-		rackdPath = filepath.Join(dir, "rackd")
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		cmd := exec.Command(goTool, "build", "-o", rackdPath, "./agent/cmd/rackd")
-		cmd.Dir = repoRoot(t)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			rackdErr = fmt.Errorf("go build rackd: %v\n%s", err, out)
-		}
-	})
-	if rackdErr != nil {
-		t.Fatal(rackdErr)
-	}
-	return rackdPath
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if rackdPath != "" {
-		os.RemoveAll(filepath.Dir(rackdPath))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(vmtest.Main(m)) }
 
 var (
 	imageOnce sync.Once
@@ -105,21 +58,10 @@ func enlistImage(t testing.TB) string {
 			imageDir = d
 			return
 		}
-		root := repoRoot(t)
+		root := vmtest.RepoRoot(t)
 		imageDir = filepath.Join(root, "build", "initramfs", "image")
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "bash", "scripts/initramfs.sh", "--if-stale")
-		cmd.Dir = root
-		// The build is a tree of processes (the script, go, cpio)
-		// sharing the output pipe: at the deadline the whole group is
-		// killed, or the survivors keep building and hold the pipe open,
-		// and CombinedOutput waits on them past any test timeout.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		cmd.WaitDelay = 5 * time.Second
-		out, err := cmd.CombinedOutput()
+		out, err := vmtest.Script(t, 15*time.Minute, nil, "scripts/initramfs.sh", "--if-stale")
 		if err != nil {
 			imageErr = fmt.Errorf("scripts/initramfs.sh --if-stale: %v\n%s", err, out)
 			return
@@ -222,7 +164,7 @@ func (l *lab) startRackd(o labOptions) {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		l.t.Fatal(err)
 	}
-	l.rackd = l.ns.Start(rackdBinary(l.t), "serve", "--config", cfgPath, "--state-dir", l.state,
+	l.rackd = l.ns.Start(vmtest.Rackd(l.t), "serve", "--config", cfgPath, "--state-dir", l.state,
 		"--listen", fmt.Sprintf("%s:%d", labServer, labHTTPPort), "--log-format", "json", "--log-level", "debug")
 	p := l.rackd
 	l.t.Cleanup(func() {
@@ -338,7 +280,7 @@ func (l *lab) cliFor(d time.Duration, token string, args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	args = append(args, "--url", l.url, "--api-token", token)
-	out, err := l.ns.Exec(ctx, rackdBinary(l.t), args...)
+	out, err := l.ns.Exec(ctx, vmtest.Rackd(l.t), args...)
 	if err != nil {
 		l.t.Fatalf("rackd %s: %v\n%s", strings.Join(args[:len(args)-4], " "), err, out)
 	}
@@ -493,7 +435,7 @@ var (
 func bootloaders(t testing.TB) string {
 	t.Helper()
 	loadersOnce.Do(func() {
-		root := repoRoot(t)
+		root := vmtest.RepoRoot(t)
 		dest := filepath.Join(root, "build", "e2e-bootloaders")
 		loadersDir = filepath.Join(dest, "amd64")
 		_, err1 := os.Stat(filepath.Join(loadersDir, "rackd-image.json"))

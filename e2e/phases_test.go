@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"rackd/internal/vmtest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -428,7 +429,7 @@ func mustRead(t *testing.T, p string) []byte {
 // diskDriversListed reports whether the enlistment image built from this
 // tree loads the VM's disk driver.
 func diskDriversListed(t *testing.T) bool {
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "initramfs", "modules.txt"))
+	b, err := os.ReadFile(filepath.Join(vmtest.RepoRoot(t), "initramfs", "modules.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}

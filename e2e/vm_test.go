@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"rackd/internal/vmtest"
 	"strings"
 	"sync"
 	"testing"
@@ -94,7 +95,7 @@ func (l *lab) startVM(o vmOptions) *vm {
 		args = append(args, "-no-reboot")
 	}
 	if o.uefi {
-		code, vars := ovmf(t)
+		code, vars := vmtest.OVMF(t)
 		own := filepath.Join(dir, "OVMF_VARS.fd")
 		b, err := os.ReadFile(vars)
 		if err != nil {
@@ -122,21 +123,6 @@ func (l *lab) startVM(o vmOptions) *vm {
 		}
 	})
 	return v
-}
-
-// ovmf returns Debian's OVMF firmware code and variable store.
-func ovmf(t *testing.T) (code, vars string) {
-	t.Helper()
-	for _, p := range [][2]string{
-		{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"},
-		{"/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd"},
-	} {
-		if _, err := os.Stat(p[0]); err == nil {
-			return p[0], p[1]
-		}
-	}
-	t.Fatal("OVMF not found in /usr/share/OVMF (Debian package ovmf; see scripts/test-deps.sh)")
-	return "", ""
 }
 
 // watch records the timeline until stop is closed or QEMU exits.
@@ -256,37 +242,12 @@ func (v *vm) waitExit() time.Duration {
 // stop stops QEMU now.
 func (v *vm) stop() { v.proc.Stop(5 * time.Second) }
 
-var (
-	accelOnce sync.Once
-	accel     []string
-)
-
 // accelArgs returns QEMU's accelerator arguments: TCG unless
 // RACKD_E2E_ACCEL says kvm, or auto and a bounded probe shows that KVM
 // boots Debian's kernel here (it does not under every nested hypervisor:
 // some abort on an MSR, others hang early in boot).
 func accelArgs(t *testing.T) []string {
-	t.Helper()
-	tcg := []string{"-accel", "tcg", "-cpu", "max"}
-	kvm := []string{"-accel", "kvm", "-cpu", "host"}
-	accelOnce.Do(func() {
-		switch mode := os.Getenv("RACKD_E2E_ACCEL"); mode {
-		case "", "tcg":
-			accel = tcg
-		case "kvm":
-			accel = kvm
-		case "auto":
-			accel = tcg
-			if ok, why := probeKVM(t, kvm); ok {
-				accel = kvm
-			} else {
-				t.Logf("KVM probe: %s; using TCG", why)
-			}
-		default:
-			t.Fatalf("RACKD_E2E_ACCEL=%q: want tcg, kvm or auto", mode)
-		}
-	})
-	return accel
+	return vmtest.Accel(t, func(kvm []string) (bool, string) { return probeKVM(t, kvm) })
 }
 
 // probeKVM boots the enlistment kernel directly under KVM, without a

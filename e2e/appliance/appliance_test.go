@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"rackd/internal/vmtest"
 	"slices"
 	"strings"
 	"sync"
@@ -156,7 +157,7 @@ func (r *rig) pxe(mac string) *netnstest.Proc {
 			t.Logf("the PXE VM's serial console:\n%s", b)
 		}
 	})
-	return r.ns.Start("qemu-system-x86_64", append(accelArgs(r.t), "-m", "768", "-smp", "1",
+	return r.ns.Start("qemu-system-x86_64", append(vmtest.Accel(r.t, nil), "-m", "768", "-smp", "1",
 		"-nographic", "-monitor", "none", "-serial", "file:"+serial, "-no-reboot",
 		"-netdev", "tap,id=n0,ifname="+tap+",script=no,downscript=no",
 		"-device", "virtio-net-pci,netdev=n0,mac="+mac, "-boot", "n")...)
@@ -265,7 +266,7 @@ func TestApplianceLifecycle(t *testing.T) {
 		}
 		return p
 	}
-	cli := rackdCLI(t)
+	cli := vmtest.Rackd(t)
 	run := func(args ...string) {
 		t.Helper()
 		if out, err := a.r.ns.Exec(t.Context(), cli, args...); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"rackd/internal/vmtest"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestApplianceBench(t *testing.T) {
 	if os.Getenv("RACKD_E2E_BENCH_APPLIANCE") != "1" {
 		t.Skip("a benchmark: make bench-appliance runs it (RACKD_E2E_BENCH_APPLIANCE=1)")
 	}
-	root := repoRoot(t)
+	root := vmtest.RepoRoot(t)
 	dist := os.Getenv("RACKD_BENCH_DIST")
 	if dist == "" {
 		dist = filepath.Join(root, "dist", "appliance")

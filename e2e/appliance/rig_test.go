@@ -14,8 +14,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"rackd/internal/vmtest"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,16 +43,6 @@ const (
 	// apiPort is the appliance's default listen port.
 	apiPort = 5240
 )
-
-// repoRoot is the repository's top directory (this package is two below).
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Dir(filepath.Dir(wd))
-}
 
 // variant is one build of scripts/appliance-image.sh.
 type variant struct {
@@ -83,6 +73,8 @@ var (
 	builds  = map[string]built{}
 )
 
+func TestMain(m *testing.M) { os.Exit(vmtest.Main(m)) }
+
 // image builds v once per test binary into build/e2e-appliance/NAME. The
 // script always runs (a minute or two: the slot's squashfs and the disk),
 // keeping the initramfs while its sources are unchanged; with
@@ -95,7 +87,7 @@ func image(t *testing.T, v variant) built {
 	if b, ok := builds[v.name]; ok {
 		return b
 	}
-	root := repoRoot(t)
+	root := vmtest.RepoRoot(t)
 	dir := filepath.Join(root, "build", "e2e-appliance", v.name)
 	dist := filepath.Join(dir, "dist")
 	base := filepath.Join(dist, "rackd-appliance-"+v.version+"-amd64")
@@ -113,24 +105,13 @@ func image(t *testing.T, v variant) built {
 	if err := os.RemoveAll(dist); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "scripts/appliance-image.sh")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "VERSION="+v.version, fmt.Sprintf("APPLIANCE_BUILD=%d", v.build),
-		"OUT="+dir, "DIST="+dist, "PATH="+os.Getenv("PATH")+":/usr/local/go/bin:/usr/sbin:/sbin")
+	env := []string{"VERSION=" + v.version, fmt.Sprintf("APPLIANCE_BUILD=%d", v.build),
+		"OUT=" + dir, "DIST=" + dist, "PATH=" + os.Getenv("PATH") + ":/usr/local/go/bin:/usr/sbin:/sbin"}
 	if !v.full {
-		cmd.Env = append(cmd.Env, "APPLIANCE_BUNDLE_ONLY=1")
+		env = append(env, "APPLIANCE_BUNDLE_ONLY=1")
 	}
-	cmd.Env = append(cmd.Env, v.env...)
-	// The build is a tree of processes sharing the output pipe: at the
-	// deadline the whole group goes, or CombinedOutput waits on the
-	// survivors.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
-	out, err := cmd.CombinedOutput()
+	out, err := vmtest.Script(t, buildTimeout, append(env, v.env...), "scripts/appliance-image.sh")
 	if err != nil {
 		t.Fatalf("scripts/appliance-image.sh (%s): %v\n%s", v.name, err, out)
 	}
@@ -149,45 +130,7 @@ func image(t *testing.T, v variant) built {
 
 // signingKey is the development key the builds sign with.
 func signingKey(t *testing.T) string {
-	return filepath.Join(repoRoot(t), "build", "appliance-key", "signing.key")
-}
-
-var (
-	rackdOnce sync.Once
-	rackdPath string
-	rackdErr  error
-)
-
-// rackdCLI builds the rackd CLI the tests drive the appliance with (on the
-// host, inside the test's namespace), once per test binary.
-func rackdCLI(t *testing.T) string {
-	t.Helper()
-	rackdOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "rackd-e2e-appliance-")
-		if err != nil {
-			rackdErr = err
-			return
-		}
-		rackdPath = filepath.Join(dir, "rackd")
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", rackdPath, "./agent/cmd/rackd")
-		cmd.Dir = repoRoot(t)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			rackdErr = fmt.Errorf("go build rackd: %v\n%s", err, out)
-		}
-	})
-	if rackdErr != nil {
-		t.Fatal(rackdErr)
-	}
-	return rackdPath
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if rackdPath != "" {
-		os.RemoveAll(filepath.Dir(rackdPath))
-	}
-	os.Exit(code)
+	return filepath.Join(vmtest.RepoRoot(t), "build", "appliance-key", "signing.key")
 }
 
 // rig is the test's namespace: the management tap with dnsmasq on it and
@@ -394,7 +337,7 @@ func (a *appliance) launch() {
 	t.Cleanup(func() { a.r.ns.IP("link", "del", rackTap) })
 	dir := t.TempDir()
 	a.serial = filepath.Join(dir, "serial.log")
-	args := append(accelArgs(t), "-m", "1536", "-smp", "2",
+	args := append(vmtest.Accel(t, nil), "-m", "1536", "-smp", "2",
 		"-nographic", "-monitor", "none", "-serial", "file:"+a.serial,
 		"-drive", "file="+a.disk+",if=none,id=d0,format=raw,cache=writeback",
 		"-device", "virtio-blk-pci,drive=d0,bootindex=1",
@@ -407,7 +350,7 @@ func (a *appliance) launch() {
 		"-device", "i6300esb")
 	args = append(args, a.extra...)
 	if a.uefi {
-		code, vars := ovmf(t)
+		code, vars := vmtest.OVMF(t)
 		own := filepath.Join(dir, "OVMF_VARS.fd")
 		b, err := os.ReadFile(vars)
 		if err != nil {
@@ -538,7 +481,7 @@ func (a *appliance) cli(d time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	args = append(args, "--url", a.url, "--api-token", a.token)
-	out, err := a.r.ns.Exec(ctx, rackdCLI(a.t), args...)
+	out, err := a.r.ns.Exec(ctx, vmtest.Rackd(a.t), args...)
 	return string(out), err
 }
 
@@ -567,32 +510,4 @@ func (a *appliance) status() status {
 	var st status
 	a.get("/api/v1/appliance/status", &st)
 	return st
-}
-
-// ovmf returns Debian's OVMF firmware code and variable store.
-func ovmf(t *testing.T) (code, vars string) {
-	t.Helper()
-	for _, p := range [][2]string{
-		{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"},
-		{"/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd"},
-	} {
-		if _, err := os.Stat(p[0]); err == nil {
-			return p[0], p[1]
-		}
-	}
-	t.Fatal("OVMF not found in /usr/share/OVMF (Debian package ovmf; see scripts/test-deps.sh)")
-	return "", ""
-}
-
-// accelArgs is TCG unless RACKD_E2E_ACCEL=kvm.
-func accelArgs(t *testing.T) []string {
-	switch mode := os.Getenv("RACKD_E2E_ACCEL"); mode {
-	case "", "tcg", "auto":
-		return []string{"-accel", "tcg", "-cpu", "max"}
-	case "kvm":
-		return []string{"-accel", "kvm", "-cpu", "host"}
-	default:
-		t.Fatalf("RACKD_E2E_ACCEL=%q: want tcg or kvm", mode)
-		return nil
-	}
 }
