@@ -226,19 +226,28 @@ func (s *initState) loadModules() {
 		}
 	}
 	mods = append(mods, s.cmdline.Modules...)
-	var loaded []string
+	var loaded, slow []string
+	start := time.Now()
 	for _, m := range mods {
 		if slices.Contains(loaded, m) {
 			continue
 		}
+		t := time.Now()
 		if err := s.sys.LoadModule(m); err != nil {
 			s.say("module %s: %v", m, err)
 			continue
 		}
 		loaded = append(loaded, m)
+		// A driver whose load takes long is boot time worth naming.
+		if d := time.Since(t); d >= 100*time.Millisecond {
+			slow = append(slow, fmt.Sprintf("%s %s", m, d.Round(10*time.Millisecond)))
+		}
 	}
 	if len(loaded) > 0 {
-		s.say("modules loaded: %s", strings.Join(loaded, " "))
+		s.say("modules loaded in %s: %s", time.Since(start).Round(10*time.Millisecond), strings.Join(loaded, " "))
+	}
+	if len(slow) > 0 {
+		s.say("slow to load: %s", strings.Join(slow, ", "))
 	}
 }
 
