@@ -67,6 +67,9 @@ func parseFlags(args []string) (options, error) {
 // -reboot).
 type system interface {
 	LoadModule(name string) error
+	// Devices returns the modaliases of the devices present and the
+	// kernel's module aliases (nil, nil: load every listed module).
+	Devices() (modaliases []string, aliases boot.ModuleAliases, err error)
 	Mount(source, target, fstype string, readOnly bool) error
 	Unmount(target string) error
 	// DiskSize is a block device's (or an image file's) size in bytes.
@@ -215,8 +218,11 @@ func rackNames(n boot.Interfaces) []string {
 	return out
 }
 
-// loadModules loads the listed drivers. A failure is worth a line but not
-// an abort: the driver may be built in, or another will do.
+// loadModules loads the listed modules a driver of which has a device here
+// (boot.ModulesFor), pass after pass as the buses' drivers make their
+// devices appear, and every listed module that drives no device. A failure
+// is worth a line but not an abort: the driver may be built in, or another
+// will do.
 func (s *initState) loadModules() {
 	var mods []string
 	if b, err := os.ReadFile(s.path(s.o.modulesFile)); err == nil {
@@ -225,22 +231,39 @@ func (s *initState) loadModules() {
 			mods = append(mods, strings.Fields(line)...)
 		}
 	}
-	mods = append(mods, s.cmdline.Modules...)
 	var loaded, slow []string
+	tried := map[string]bool{}
 	start := time.Now()
-	for _, m := range mods {
-		if slices.Contains(loaded, m) {
-			continue
-		}
+	load := func(m string) {
+		tried[strings.ReplaceAll(m, "-", "_")] = true
 		t := time.Now()
 		if err := s.sys.LoadModule(m); err != nil {
 			s.say("module %s: %v", m, err)
-			continue
+			return
 		}
 		loaded = append(loaded, m)
 		// A driver whose load takes long is boot time worth naming.
 		if d := time.Since(t); d >= 100*time.Millisecond {
 			slow = append(slow, fmt.Sprintf("%s %s", m, d.Round(10*time.Millisecond)))
+		}
+	}
+	// What the kernel command line names is loaded whatever is present.
+	for _, m := range s.cmdline.Modules {
+		load(m)
+	}
+	// Each pass can only add modules, and there are finitely many.
+	for {
+		modaliases, aliases, err := s.sys.Devices()
+		if err != nil {
+			s.say("devices: %v: loading every listed module", err)
+			aliases = nil
+		}
+		next := boot.ModulesFor(mods, aliases, modaliases, tried)
+		if len(next) == 0 {
+			break
+		}
+		for _, m := range next {
+			load(m)
 		}
 	}
 	if len(loaded) > 0 {

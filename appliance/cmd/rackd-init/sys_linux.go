@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 	"unsafe"
 
 	"github.com/u-root/u-root/pkg/kmodule"
 	"golang.org/x/sys/unix"
 
+	"rackd/appliance/boot"
 	"rackd/appliance/netup"
 )
 
@@ -26,6 +30,46 @@ func (l linuxSystem) LoadModule(name string) error {
 		return nil // a test root has no modules of its own
 	}
 	return kmodule.Probe(name, "")
+}
+
+// Devices returns the modaliases of the devices the kernel sees now (every
+// modalias file under /sys/devices, as udev's coldplug reads them) and the
+// running kernel's modules.alias. A test root has neither: every listed
+// module counts as one to load, and loading is a no-op there.
+func (l linuxSystem) Devices() ([]string, boot.ModuleAliases, error) {
+	if l.o.root != "/" {
+		return nil, nil, nil
+	}
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.Open(filepath.Join("/lib/modules", unix.ByteSliceToString(uts.Release[:]), "modules.alias"))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	aliases, err := boot.ParseModuleAliases(f)
+	if err != nil {
+		return nil, nil, fmt.Errorf("modules.alias: %w", err)
+	}
+	var modaliases []string
+	// /sys/devices holds each device once (the /sys/bus and /sys/class
+	// trees are links into it); WalkDir follows no links.
+	err = filepath.WalkDir("/sys/devices", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // a device that went away while walking
+		}
+		if d.Name() == "modalias" && d.Type().IsRegular() {
+			if b, err := os.ReadFile(p); err == nil {
+				if a := strings.TrimSpace(string(b)); a != "" {
+					modaliases = append(modaliases, a)
+				}
+			}
+		}
+		return nil
+	})
+	return modaliases, aliases, err
 }
 
 func (l linuxSystem) Mount(source, target, fstype string, readOnly bool) error {
