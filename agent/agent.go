@@ -359,10 +359,24 @@ func (a *Agent) watchdog(ctx context.Context) {
 	}
 }
 
+// sweep is one round of the watchdog. Its outcome is counted, so that a
+// watchdog that keeps failing (or stops) can be alerted on; a sweep cut
+// short by shutdown is not counted.
 func (a *Agent) sweep(ctx context.Context) {
+	failed := false
+	defer func() {
+		switch {
+		case ctx.Err() != nil:
+		case failed:
+			a.metrics.watchdogSweeps.WithLabelValues("error").Inc()
+		default:
+			a.metrics.watchdogSweeps.WithLabelValues("ok").Inc()
+		}
+	}()
 	expired, err := a.store.Expire(ctx, time.Duration(a.cfg.Lifecycle.CommissioningTimeout),
 		time.Duration(a.cfg.Lifecycle.DeployingTimeout))
 	if err != nil && ctx.Err() == nil {
+		failed = true
 		a.log.Error("watchdog", "err", err)
 	}
 	for _, e := range expired {
@@ -376,12 +390,14 @@ func (a *Agent) sweep(ctx context.Context) {
 		a.log.Warn("machine timed out", "machine", e.Machine.ID, "hostname", e.Machine.Hostname, "from", e.From, "to", e.Machine.State)
 	}
 	if n, err := a.store.ExpireAddresses(ctx); err != nil && ctx.Err() == nil {
+		failed = true
 		a.log.Error("expire leases", "err", err)
 	} else if n > 0 {
 		a.log.Debug("expired leases and quarantines removed", "count", n)
 	}
 	releasing, err := a.store.ListMachines(store.Filter{State: store.StateReleasing})
 	if err != nil {
+		failed = true
 		a.log.Error("list releasing machines", "err", err)
 		return
 	}

@@ -29,6 +29,7 @@ type metrics struct {
 	allocations     *prometheus.CounterVec
 	transitions     *prometheus.CounterVec
 	watchdogExpired *prometheus.CounterVec
+	watchdogSweeps  *prometheus.CounterVec
 	probeConflicts  prometheus.Counter
 	metadata        *prometheus.CounterVec
 }
@@ -76,6 +77,11 @@ func newMetrics(s func() *store.Store) *metrics {
 			Namespace: namespace, Name: "watchdog_expired_total",
 			Help: "Machines failed by the watchdog for staying too long, by the state they were in.",
 		}, []string{"state"}),
+		watchdogSweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "watchdog_sweeps_total",
+			Help: "Watchdog sweeps (phase timeouts, expired leases, unfinished releases; one per lifecycle.watchdog_interval), " +
+				"by outcome: ok, or error when a step of it failed (the log says which).",
+		}, []string{"outcome"}),
 	}
 	m.probeConflicts = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "ipam", Name: "probe_conflicts_total",
@@ -93,9 +99,12 @@ func newMetrics(s func() *store.Store) *metrics {
 	for _, s := range []store.State{store.StateCommissioning, store.StateDeploying} {
 		m.watchdogExpired.WithLabelValues(string(s))
 	}
+	for _, o := range []string{"ok", "error"} {
+		m.watchdogSweeps.WithLabelValues(o)
+	}
 	m.metadata = newMetadataMetrics()
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.httpInFlight, m.commits, m.commitOps,
-		m.commitDuration, m.allocations, m.transitions, m.watchdogExpired, m.probeConflicts, buildInfo,
+		m.commitDuration, m.allocations, m.transitions, m.watchdogExpired, m.watchdogSweeps, m.probeConflicts, buildInfo,
 		m.metadata,
 		&machineCollector{store: s}, &ipamCollector{store: s},
 		collectors.NewGoCollector(),

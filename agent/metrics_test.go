@@ -2,12 +2,16 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"rackd/agent/api"
 )
@@ -94,4 +98,28 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("a raw path leaked into a label")
 	}
 	lintMetrics(t, text)
+}
+
+// TestWatchdogSweepsCounted: every watchdog sweep is counted by outcome, and
+// one whose store fails is counted as an error (a watchdog that cannot do
+// its job must show, not only log).
+func TestWatchdogSweepsCounted(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a.sweep(ctx)
+	a.sweep(ctx)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a.sweep(ctx) // the store is closed: every step fails
+	for outcome, want := range map[string]float64{"ok": 2, "error": 1} {
+		if got := testutil.ToFloat64(a.metrics.watchdogSweeps.WithLabelValues(outcome)); got != want {
+			t.Errorf("rackd_watchdog_sweeps_total{outcome=%q} = %v, want %v", outcome, got, want)
+		}
+	}
 }

@@ -84,6 +84,20 @@ func (q *Queue) breakers() (open, halfOpen int) {
 	return open, halfOpen
 }
 
+// failingBMCs is the failures in a row of each BMC whose last command
+// failed.
+func (q *Queue) failingBMCs() map[string]int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := map[string]int{}
+	for addr, b := range q.bmcs {
+		if b.failures > 0 {
+			out[addr] = b.failures
+		}
+	}
+	return out
+}
+
 // command runs one BMC command under the bounds: a slot of the BMC, the
 // BMC's minimum interval, a global slot. Waiting for those ends with ctx; the
 // command itself does not: once sent it runs to its answer or to the command

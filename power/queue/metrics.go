@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"rackd/internal/promreg"
+	"rackd/store"
 )
 
 // Metrics are the queue's series (rackd_power_*).
@@ -59,6 +60,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, e := range []string{"detected", "corrected"} {
 		m.drift.WithLabelValues(e)
 	}
+	// Every action and outcome exists from the start, so that a rate of
+	// requests ended is 0, not empty, before the first one ends.
+	for _, a := range []store.PowerAction{store.PowerOn, store.PowerOff, store.PowerCycle, store.PowerQuery} {
+		for _, o := range []store.PowerRequestState{store.PowerDone, store.PowerFailed, store.PowerSuperseded} {
+			m.requests.WithLabelValues(string(a), string(o))
+		}
+	}
 	if reg != nil {
 		m.inFlight = promreg.Register(reg, m.inFlight)
 		m.requests = promreg.Register(reg, m.requests)
@@ -91,4 +99,31 @@ func (m *Metrics) watch(q *Queue) {
 		Namespace: "rackd", Subsystem: "power", Name: "circuit_breakers_half_open",
 		Help: "BMCs whose circuit breaker lets one probe command through.",
 	}, func() float64 { _, h := q.breakers(); return float64(h) }))
+	// The bound is a series so that alerts compare command times with the
+	// timeout this rackd runs with, not with a number copied into them.
+	timeout := q.cfg.CommandTimeout.Seconds()
+	promreg.Register(m.reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "rackd", Subsystem: "power", Name: "command_timeout_seconds",
+		Help: "The bound of one BMC command (power.command_timeout); a command still unanswered then fails as a timeout.",
+	}, func() float64 { return timeout }))
+	promreg.Register(m.reg, &failingBMCs{q: q})
+}
+
+// failingBMCsDesc names the BMCs that fail now, so that an alert can say
+// which one to look at; a BMC whose last command worked has no series, so
+// the set stays as small as the set of broken BMCs.
+var failingBMCsDesc = prometheus.NewDesc("rackd_power_bmc_consecutive_failures",
+	"Failed commands in a row of each BMC whose last command failed, by BMC address (a success removes the series; "+
+		"at power.breaker_threshold its circuit breaker opens).",
+	[]string{"bmc"}, nil)
+
+// failingBMCs collects rackd_power_bmc_consecutive_failures at scrape time.
+type failingBMCs struct{ q *Queue }
+
+func (c *failingBMCs) Describe(ch chan<- *prometheus.Desc) { ch <- failingBMCsDesc }
+
+func (c *failingBMCs) Collect(ch chan<- prometheus.Metric) {
+	for addr, n := range c.q.failingBMCs() {
+		ch <- prometheus.MustNewConstMetric(failingBMCsDesc, prometheus.GaugeValue, float64(n), addr)
+	}
 }

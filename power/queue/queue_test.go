@@ -500,6 +500,37 @@ func TestCircuitBreaker(t *testing.T) {
 	}
 }
 
+// TestFailingBMCsSeries: a BMC that keeps failing has a series with its
+// failures in a row, up to the breaker's threshold (the open breaker sends
+// nothing more); a BMC that recovered has none; the command timeout is
+// exported as configured.
+func TestFailingBMCsSeries(t *testing.T) {
+	cfg := fastConfig()
+	cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.Retries = 2, time.Hour, 3
+	h := newHarness(t, cfg)
+	bad, _ := h.machine("n1", "bmc1")
+	good, _ := h.machine("n2", "bmc2")
+	h.fake.Fail("bmc1", -1, power.ErrUnreachable)
+	h.fake.Fail("bmc2", 1, power.ErrBMC)
+	badReq, goodReq := h.request(bad, store.PowerOn), h.request(good, store.PowerOn)
+	h.waitFinal(badReq.ID, goodReq.ID)
+	if r := h.get(goodReq.ID); r.State != store.PowerDone {
+		t.Fatalf("the request to the BMC that failed once: %+v, want done after a retry", r)
+	}
+	want := `
+# HELP rackd_power_bmc_consecutive_failures Failed commands in a row of each BMC whose last command failed, by BMC address (a success removes the series; at power.breaker_threshold its circuit breaker opens).
+# TYPE rackd_power_bmc_consecutive_failures gauge
+rackd_power_bmc_consecutive_failures{bmc="bmc1"} 2
+# HELP rackd_power_command_timeout_seconds The bound of one BMC command (power.command_timeout); a command still unanswered then fails as a timeout.
+# TYPE rackd_power_command_timeout_seconds gauge
+rackd_power_command_timeout_seconds 5
+`
+	if err := testutil.GatherAndCompare(h.reg, strings.NewReader(want),
+		"rackd_power_bmc_consecutive_failures", "rackd_power_command_timeout_seconds"); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestResume: requests left running by a crash are resumed: an on is
 // re-verified first (not sent again when it worked), a sent cycle is
 // verified and never sent again.
@@ -631,9 +662,11 @@ func TestMetricsExposition(t *testing.T) {
 	h.waitFor("two commands counted (on, status) and the request", func() bool {
 		return testutil.ToFloat64(h.q.m.commands) == 2 && testutil.ToFloat64(h.q.m.requests.WithLabelValues("on", "done")) == 1
 	})
-	n, err := testutil.GatherAndCount(h.reg, "rackd_power_requests_total", "rackd_power_queue_depth", "rackd_power_commands_total")
-	if err != nil || n != 3 {
-		t.Errorf("gathered %d series, want 3: %v", n, err)
+	// requests_total: every action and outcome from the start (4 x 3).
+	n, err := testutil.GatherAndCount(h.reg, "rackd_power_requests_total", "rackd_power_queue_depth", "rackd_power_commands_total",
+		"rackd_power_command_timeout_seconds")
+	if err != nil || n != 15 {
+		t.Errorf("gathered %d series, want 15: %v", n, err)
 	}
 	lint, err := testutil.GatherAndLint(h.reg)
 	if err != nil || len(lint) > 0 {
