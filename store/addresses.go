@@ -239,8 +239,8 @@ func (s *Store) AssignMachineAddress(ctx context.Context, actor Actor, req Assig
 		if err != nil {
 			return err
 		}
-		if !actor.Admin && m.Owner != actor.Name {
-			return errorf(CodeForbidden, "only an admin or the machine's owner may change its addresses")
+		if err := MayChangeAddresses(actor, m); err != nil {
+			return err
 		}
 		if !slices.Contains(m.MACs, mac) {
 			return errorf(CodeInvalid, "machine %s has no interface %s", m.Hostname, mac)
@@ -442,8 +442,8 @@ func (s *Store) RemoveMachineIP(ctx context.Context, actor Actor, machine string
 		if err != nil {
 			return err
 		}
-		if !actor.Admin && m.Owner != actor.Name {
-			return errorf(CodeForbidden, "only an admin or the machine's owner may change its addresses")
+		if err := MayChangeAddresses(actor, m); err != nil {
+			return err
 		}
 		cur, found, err := t.address(ip.Unmap())
 		if err != nil {
@@ -501,4 +501,13 @@ func (s *Store) NeedsSticky(m Machine) (bool, error) {
 		}
 	}
 	return true, err
+}
+
+// MayChangeAddresses is who may assign and remove a machine's addresses:
+// an admin or the machine's owner (CodeForbidden otherwise).
+func MayChangeAddresses(actor Actor, m Machine) error {
+	if actor.Admin || m.Owner == actor.Name {
+		return nil
+	}
+	return errorf(CodeForbidden, "only an admin or the machine's owner may change its addresses")
 }

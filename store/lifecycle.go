@@ -130,6 +130,32 @@ func Next(from State, action Action, commissioned bool) (State, error) {
 	return "", invalidTransition(from, action, t.to)
 }
 
+// MayAct is who may ask for a lifecycle action: an admin any, a machine's
+// owner deploy and release, nobody else anything (CodeForbidden, in
+// words). Transition applies it; the web UI asks it which actions to show.
+func MayAct(actor Actor, m Machine, action Action) error {
+	if actor.Admin {
+		return nil
+	}
+	ownerMay := action == ActionDeploy || action == ActionRelease
+	if ownerMay && m.Owner != "" && m.Owner == actor.Name {
+		return nil
+	}
+	if ownerMay {
+		return errorf(CodeForbidden, "machine %s is not yours: only its owner or an admin may %s it", m.Hostname, action)
+	}
+	return errorf(CodeForbidden, "only an admin may %s a machine", action)
+}
+
+// MayDrivePower is who may queue power requests for a machine: an admin
+// or its owner (CodeForbidden otherwise).
+func MayDrivePower(actor Actor, m Machine) error {
+	if actor.Admin || (m.Owner != "" && m.Owner == actor.Name) {
+		return nil
+	}
+	return errorf(CodeForbidden, "machine %s is not yours: only its owner or an admin may drive its power", m.Hostname)
+}
+
 func invalidTransition(from State, action Action, to State) *Error {
 	return &Error{Code: CodeInvalidTransition,
 		Msg: fmt.Sprintf("cannot %s a machine that is %s: %s -> %s is not allowed", action, from, from, to)}

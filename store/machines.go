@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
 	"regexp"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 )
@@ -432,14 +434,8 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 	if err != nil {
 		return Machine{}, err
 	}
-	if !actor.Admin {
-		ownerMay := req.Action == ActionDeploy || req.Action == ActionRelease
-		if !ownerMay || m.Owner != actor.Name {
-			if ownerMay {
-				return Machine{}, errorf(CodeForbidden, "machine %s is not yours: only its owner or an admin may %s it", m.Hostname, req.Action)
-			}
-			return Machine{}, errorf(CodeForbidden, "only an admin may %s a machine", req.Action)
-		}
+	if err := MayAct(actor, m, req.Action); err != nil {
+		return Machine{}, err
 	}
 	if _, err := Next(m.State, req.Action, m.Commissioned); err != nil {
 		return Machine{}, withMachine(err, m)
@@ -635,7 +631,59 @@ func (t *Tx) addEvent(e Event) error {
 		return err
 	}
 	e.Seq, e.Time = seq, t.now
+	if fn := t.onEvent; fn != nil {
+		t.afterCommit(func() { fn(e) })
+	}
 	return t.put(bucketEvents, eventKey(e.Machine, seq), e)
+}
+
+// RecentEvents returns the newest limit events of the whole rack, newest
+// first. Only the keys are walked (an event's sequence is the end of its
+// key); the limit chosen are decoded.
+func (s *Store) RecentEvents(limit int) ([]Event, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var out []Event
+	err := s.view(func(t *Tx) error {
+		type ref struct {
+			seq uint64
+			key []byte
+		}
+		// newest keeps the limit highest sequences seen, lowest first.
+		newest := make([]ref, 0, limit)
+		c := t.tx.Bucket(bucketEvents).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if len(k) < 9 {
+				continue
+			}
+			seq := binary.BigEndian.Uint64(k[len(k)-8:])
+			if len(newest) == limit && seq <= newest[0].seq {
+				continue
+			}
+			i := sort.Search(len(newest), func(i int) bool { return newest[i].seq > seq })
+			r := ref{seq, append([]byte(nil), k...)}
+			if len(newest) < limit {
+				newest = append(newest, ref{})
+				copy(newest[i+1:], newest[i:])
+				newest[i] = r
+				continue
+			}
+			// Full: drop the lowest, insert before i.
+			copy(newest[:i-1], newest[1:i])
+			newest[i-1] = r
+		}
+		b := t.tx.Bucket(bucketEvents)
+		for i := len(newest) - 1; i >= 0; i-- {
+			var e Event
+			if err := json.Unmarshal(b.Get(newest[i].key), &e); err != nil {
+				return fmt.Errorf("decode event: %w", err)
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Events returns the newest limit events of a machine, oldest first

@@ -342,8 +342,8 @@ func (s *Store) RequestPower(ctx context.Context, actor Actor, machine string, a
 		if err != nil {
 			return err
 		}
-		if !actor.Admin && (m.Owner == "" || m.Owner != actor.Name) {
-			return errorf(CodeForbidden, "machine %s is not yours: only its owner or an admin may drive its power", m.Hostname)
+		if err := MayDrivePower(actor, m); err != nil {
+			return err
 		}
 		if m.Power.Driver == "" {
 			return errorf(CodeInvalid, "machine %s has no power driver: set one with rackd machines set %s --power-driver ipmi --power-address HOST --power-user USER",
@@ -381,6 +381,41 @@ func (s *Store) PowerRequest(id string) (PowerRequest, error) {
 		return err
 	})
 	return r, err
+}
+
+// powerHistoryScan bounds how many of the newest requests of the whole rack
+// PowerHistory looks through for one machine's.
+const powerHistoryScan = 50000
+
+// PowerHistory returns a machine's newest limit power requests, whatever
+// their fate, newest first. Requests are kept in the order they were made
+// for the whole rack: it walks back from the newest, through at most
+// powerHistoryScan of them.
+func (s *Store) PowerHistory(machine string, limit int) ([]PowerRequest, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var out []PowerRequest
+	needle := []byte(`"machine":` + strconv.Quote(machine))
+	err := s.view(func(t *Tx) error {
+		c := t.tx.Bucket(bucketPowerRequests).Cursor()
+		n := 0
+		for k, v := c.Last(); k != nil && len(out) < limit && n < powerHistoryScan; k, v = c.Prev() {
+			n++
+			if !bytes.Contains(v, needle) {
+				continue
+			}
+			var r PowerRequest
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("decode power request %x: %w", k, err)
+			}
+			if r.Machine == machine {
+				out = append(out, r)
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // OpenPowerRequests returns a machine's pending and running requests, oldest

@@ -258,6 +258,9 @@ type Store struct {
 
 	// powerNotify is told about machines with new power requests.
 	powerNotify atomic.Pointer[func(machine string)]
+	// eventNotify is told about every machine event once it is committed
+	// (OnEvent).
+	eventNotify atomic.Pointer[func(Event)]
 	// credKey is Options.CredentialKey (or a random one).
 	credKey []byte
 	// tokens is what is kept in memory about API tokens (tokens.go).
@@ -525,6 +528,28 @@ type Tx struct {
 	powerKicks []string
 	// credKey derives phase credentials (phases.go).
 	credKey []byte
+	// onEvent is Store.OnEvent's function when one is set.
+	onEvent func(Event)
+}
+
+// OnEvent sets the function told about every machine event (a transition,
+// an edit, a power failure...) after the commit that made it durable, never
+// inside the transaction: it runs on the committer's goroutine, so it must
+// return at once (the web UI's live updates hand it to a buffered fan-out).
+// nil removes it.
+func (s *Store) OnEvent(fn func(Event)) {
+	if fn == nil {
+		s.eventNotify.Store(nil)
+		return
+	}
+	s.eventNotify.Store(&fn)
+}
+
+func (s *Store) eventHook() func(Event) {
+	if fn := s.eventNotify.Load(); fn != nil {
+		return *fn
+	}
+	return nil
 }
 
 // afterCommit runs fn once this operation's outcome is committed.
@@ -764,7 +789,7 @@ func (s *Store) commit(batch []*op) {
 				results[i] = err
 				continue
 			}
-			t := &Tx{tx: btx, now: now, ipam: s.ipam, credKey: s.credKey}
+			t := &Tx{tx: btx, now: now, ipam: s.ipam, credKey: s.credKey, onEvent: s.eventHook()}
 			if err := s.checkCaller(o.ctx, t); err != nil {
 				results[i] = err
 				continue
@@ -822,7 +847,7 @@ func (s *Store) commit1(o *op) {
 		return
 	}
 	var result error
-	t := &Tx{now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey}
+	t := &Tx{now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, onEvent: s.eventHook()}
 	err := s.db.Update(func(btx *bolt.Tx) error {
 		t.tx = btx
 		if result = s.checkCaller(o.ctx, t); result != nil {
