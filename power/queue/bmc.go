@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"rackd/power"
@@ -162,4 +164,51 @@ func (q *Queue) undoProbe(b *bmc) {
 	q.mu.Lock()
 	b.probing = false
 	q.mu.Unlock()
+}
+
+// Health is the queue at a glance, for the web UI's dashboard: what the
+// rackd_power_queue_depth, rackd_power_commands_in_flight and
+// rackd_power_circuit_breakers_* series say, and which BMCs are failing.
+type Health struct {
+	// Depth is the number of requests pending or running.
+	Depth int
+	// InFlight is the number of BMC commands holding a global slot.
+	InFlight         int
+	BreakersOpen     int
+	BreakersHalfOpen int
+	// Failing are the BMCs whose last command failed, by address.
+	Failing []FailingBMC
+}
+
+// FailingBMC is a BMC whose last commands failed.
+type FailingBMC struct {
+	Address string
+	// Failures is how many commands in a row failed.
+	Failures int
+	// OpenUntil is when its breaker lets a probe through (zero: not open).
+	OpenUntil time.Time
+}
+
+// Health reads the queue's health now.
+func (q *Queue) Health() (Health, error) {
+	depth, err := q.st.OpenPowerCount()
+	if err != nil {
+		return Health{}, fmt.Errorf("count open power requests: %w", err)
+	}
+	h := Health{Depth: depth, InFlight: len(q.global)}
+	h.BreakersOpen, h.BreakersHalfOpen = q.breakers()
+	q.mu.Lock()
+	for addr, b := range q.bmcs {
+		if b.failures == 0 {
+			continue
+		}
+		f := FailingBMC{Address: addr, Failures: b.failures}
+		if b.failures >= q.cfg.BreakerThreshold {
+			f.OpenUntil = b.openUntil
+		}
+		h.Failing = append(h.Failing, f)
+	}
+	q.mu.Unlock()
+	slices.SortFunc(h.Failing, func(a, b FailingBMC) int { return strings.Compare(a.Address, b.Address) })
+	return h, nil
 }
