@@ -30,6 +30,7 @@ import (
 	"rackd/power"
 	"rackd/power/queue"
 	"rackd/store"
+	"rackd/webui"
 )
 
 // Version is rackd's version, set at build time with
@@ -90,6 +91,12 @@ type Agent struct {
 	applianceMu sync.Mutex
 	exitReq     atomic.Pointer[ExitRequest]
 	stopServe   atomic.Pointer[context.CancelCauseFunc]
+	// api is the API's handler (Handler), built once; ui is the web UI
+	// served beside it, whose actions go through api; routeAccess is the
+	// route table's access levels, for the UI to ask.
+	api         http.Handler
+	ui          *webui.UI
+	routeAccess *routeAccess
 }
 
 // onCommit is told about every commit of the store.
@@ -182,6 +189,11 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	if err := a.ensureAdmin(); err != nil {
 		return nil, err
 	}
+	a.routeAccess = newRouteAccess()
+	if err := a.newUI(); err != nil {
+		return nil, fmt.Errorf("web ui: %w", err)
+	}
+	a.api = a.newHandler()
 	return a, nil
 }
 

@@ -101,15 +101,23 @@ func routes() []route {
 	}
 }
 
-// Handler is the whole HTTP surface: API, /metrics, /healthz.
-func (a *Agent) Handler() http.Handler {
+// Handler is the whole HTTP surface: API, /metrics, /healthz, boot files,
+// and the web UI at / (pages, /static/, /events).
+func (a *Agent) Handler() http.Handler { return a.api }
+
+// newHandler builds Handler's answer, once.
+func (a *Agent) newHandler() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range routes() {
 		mux.Handle(rt.pattern, a.guard(rt))
 	}
-	// Anything else gets a JSON 404/405 rather than the mux's plain text.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+		// An unknown API path gets a JSON 404 rather than a page.
+		if isAPIPath(r.URL.Path) || a.ui == nil {
+			writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+			return
+		}
+		a.ui.ServeHTTP(w, r)
 	})
 	return a.instrument(mux)
 }
@@ -195,7 +203,10 @@ func (a *Agent) instrument(next http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
 		route := r.Pattern // set by the mux on this very request
-		if route == "" || route == "/" {
+		switch {
+		case route == "/" && !isAPIPath(r.URL.Path):
+			route = "webui" // the UI's pages: one label, whatever the path
+		case route == "" || route == "/":
 			route = "unmatched"
 		}
 		method := r.Method

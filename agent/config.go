@@ -41,6 +41,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d)
 // Config is rackd's configuration; default.toml documents every field.
 type Config struct {
 	Listen    string `toml:"listen"`
+	Name      string `toml:"name"`
 	StateDir  string `toml:"state_dir"`
 	LogLevel  string `toml:"log_level"`
 	LogFormat string `toml:"log_format"`

@@ -1,0 +1,84 @@
+package webui
+
+import (
+	"fmt"
+	"html/template"
+	"strings"
+	"time"
+
+	"rackd/agent/api"
+)
+
+var funcs = template.FuncMap{
+	"join":      strings.Join,
+	"lower":     strings.ToLower,
+	"transient": isTransient,
+	"when":      when,
+	"dur":       dur,
+	"bytes":     humanBytes,
+	"mem":       func(mb int) string { return humanBytes(int64(mb) << 20) },
+	"pct": func(used, size uint64) string {
+		if size == 0 {
+			return "0%"
+		}
+		return fmt.Sprintf("%.0f%%", 100*float64(used)/float64(size))
+	},
+	"stateClass": func(s string) string { return "st-" + strings.ToLower(strings.ReplaceAll(s, "_", "-")) },
+	"add":        func(a, b int) int { return a + b },
+	"strs":       func(s ...string) []string { return s },
+	"args": func(m api.Machine, csrf string, a actionView, d machineData) actionArgs {
+		return actionArgs{M: m, CSRF: csrf, A: a, Images: d.Images, ID: "act-" + a.Action}
+	},
+}
+
+// actionArgs is what the "action" template (one lifecycle action's form)
+// gets.
+type actionArgs struct {
+	M      api.Machine
+	CSRF   string
+	A      actionView
+	Images []api.Image
+	ID     string
+}
+
+// when is a time as the pages show it (UTC, to the second); "" for none.
+func when(v any) string {
+	var t time.Time
+	switch x := v.(type) {
+	case time.Time:
+		t = x
+	case *time.Time:
+		if x == nil {
+			return ""
+		}
+		t = *x
+	}
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+func dur(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	default:
+		return d.Round(time.Minute).String()
+	}
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,125 @@
+package webui
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"rackd/agent/api"
+	"rackd/store"
+)
+
+func TestSafeNext(t *testing.T) {
+	tests := map[string]string{
+		"":                         "/",
+		"/machines?state=READY":    "/machines?state=READY",
+		"//evil.example/":          "/",
+		"https://evil.example/":    "/",
+		"/\\evil.example":          "/",
+		"/machines\r\nSet-Cookie:": "/",
+		"machines":                 "/",
+	}
+	for in, want := range tests {
+		if got := safeNext(in); got != want {
+			t.Errorf("safeNext(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSameOrigin(t *testing.T) {
+	tests := []struct {
+		name    string
+		headers map[string]string
+		want    bool
+	}{
+		{"no headers (curl, old browsers)", nil, true},
+		{"same-origin fetch", map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://rack:5240"}, true},
+		{"typed by the user", map[string]string{"Sec-Fetch-Site": "none"}, true},
+		{"cross-site", map[string]string{"Sec-Fetch-Site": "cross-site"}, false},
+		{"same-site, other origin", map[string]string{"Sec-Fetch-Site": "same-site"}, false},
+		{"other origin", map[string]string{"Origin": "http://evil.example"}, false},
+		{"other port", map[string]string{"Origin": "http://rack:5241"}, false},
+		{"null origin", map[string]string{"Origin": "null"}, false},
+	}
+	for _, tc := range tests {
+		r := &http.Request{Host: "rack:5240", Header: http.Header{}, URL: &url.URL{Path: "/"}}
+		for k, v := range tc.headers {
+			r.Header.Set(k, v)
+		}
+		if got := sameOrigin(r); got != tc.want {
+			t.Errorf("%s: sameOrigin = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestPhaseTimings(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	evs := []api.Event{
+		{Time: at(0), Action: "create", To: "NEW"},
+		{Time: at(1), Action: "commission", From: "NEW", To: "COMMISSIONING"},
+		{Time: at(2), Action: "ip-assign"},
+		{Time: at(6), Action: "commissioning-done", From: "COMMISSIONING", To: "READY"},
+		{Time: at(10), Action: "allocate", From: "READY", To: "ALLOCATED"},
+		{Time: at(11), Action: "deploy", From: "ALLOCATED", To: "DEPLOYING"},
+	}
+	got := phaseTimings(evs, at(20))
+	want := []phaseTiming{
+		{Phase: "DEPLOYING", Started: at(11), Duration: 9 * time.Minute},
+		{Phase: "COMMISSIONING", Started: at(1), Ended: at(6), Duration: 5 * time.Minute, Outcome: "READY"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("phase %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// A client that does not read is dropped; the others get every message and
+// publishing never waits.
+func TestHubDropsSlowClient(t *testing.T) {
+	h := NewHub(4)
+	slow, fast := h.subscribe(), h.subscribe()
+	for i := range 10 {
+		h.Event(store.Event{Seq: uint64(i), Machine: "m-1"})
+		select {
+		case <-fast.ch:
+		default:
+			t.Fatalf("message %d did not reach the reading client", i)
+		}
+	}
+	select {
+	case <-slow.gone:
+	default:
+		t.Fatal("the client that never read was not dropped")
+	}
+	if h.Clients() != 1 || h.Dropped() != 1 {
+		t.Errorf("clients %d, dropped %d; want 1 and 1", h.Clients(), h.Dropped())
+	}
+	h.unsubscribe(slow) // already gone: a no-op
+	h.unsubscribe(fast)
+	if h.Clients() != 0 {
+		t.Errorf("clients %d after unsubscribing", h.Clients())
+	}
+}
+
+func TestMachineQueryURL(t *testing.T) {
+	q := readMachineQuery(url.Values{"state": {"ready"}, "tag": {"a b"}, "sort": {"cpu"}, "dir": {"desc"}, "page": {"3"}})
+	if q.State != "READY" || q.Sort != "cpu" || !q.Desc || q.Page != 3 {
+		t.Fatalf("read %+v", q)
+	}
+	if got, want := q.URL("page", ""), "/machines?dir=desc&sort=cpu&state=READY&tag=a+b"; got != want {
+		t.Errorf("URL = %q, want %q", got, want)
+	}
+	if got := q.SortURL("cpu"); got != "/machines?sort=cpu&state=READY&tag=a+b" {
+		t.Errorf("SortURL(cpu) on a descending cpu sort = %q: want ascending", got)
+	}
+	bad := readMachineQuery(url.Values{"state": {"<x>"}, "sort": {"password"}, "page": {"-4"}})
+	if bad.State != "" || bad.Sort != "hostname" || bad.Page != 1 {
+		t.Errorf("bad query read as %+v", bad)
+	}
+}

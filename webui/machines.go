@@ -1,0 +1,545 @@
+package webui
+
+import (
+	"cmp"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"rackd/agent/api"
+	"rackd/store"
+)
+
+// PageSize is how many machines one page of the machine list shows.
+const PageSize = 100
+
+// machineQuery is the machine list's filter, sort and page, as GET query
+// parameters (so that a page can be bookmarked and reloaded).
+type machineQuery struct {
+	State, Owner, Tag, Q string
+	Sort                 string
+	Desc                 bool
+	Page                 int
+}
+
+var sortKeys = []string{"hostname", "state", "owner", "arch", "cpu", "memory", "created"}
+
+func readMachineQuery(v url.Values) machineQuery {
+	q := machineQuery{State: strings.ToUpper(strings.TrimSpace(v.Get("state"))), Owner: strings.TrimSpace(v.Get("owner")),
+		Tag: strings.TrimSpace(v.Get("tag")), Q: strings.TrimSpace(v.Get("q")), Sort: v.Get("sort"), Desc: v.Get("dir") == "desc"}
+	if !slices.Contains(sortKeys, q.Sort) {
+		q.Sort = "hostname"
+	}
+	if !store.State(q.State).Valid() {
+		q.State = ""
+	}
+	q.Page, _ = strconv.Atoi(v.Get("page"))
+	q.Page = max(q.Page, 1)
+	return q
+}
+
+// URL is the list with q's parameters, changed by the (key, value) pairs.
+func (q machineQuery) URL(kv ...string) string {
+	v := url.Values{}
+	set := func(k, val string) {
+		if val != "" {
+			v.Set(k, val)
+		}
+	}
+	set("state", q.State)
+	set("owner", q.Owner)
+	set("tag", q.Tag)
+	set("q", q.Q)
+	if q.Sort != "hostname" {
+		v.Set("sort", q.Sort)
+	}
+	if q.Desc {
+		v.Set("dir", "desc")
+	}
+	if q.Page > 1 {
+		v.Set("page", strconv.Itoa(q.Page))
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] == "" {
+			v.Del(kv[i])
+		} else {
+			v.Set(kv[i], kv[i+1])
+		}
+	}
+	if len(v) == 0 {
+		return "/machines"
+	}
+	return "/machines?" + v.Encode()
+}
+
+// SortURL is the list sorted by key: ascending, or descending when it is
+// already sorted by key ascending.
+func (q machineQuery) SortURL(key string) string {
+	dir := ""
+	if q.Sort == key && !q.Desc {
+		dir = "desc"
+	}
+	s := key
+	if key == "hostname" {
+		s = ""
+	}
+	return q.URL("sort", s, "dir", dir, "page", "")
+}
+
+// SortMark is the arrow of the sorted column (aria-sort's value too).
+func (q machineQuery) SortMark(key string) string {
+	if q.Sort != key {
+		return "none"
+	}
+	if q.Desc {
+		return "descending"
+	}
+	return "ascending"
+}
+
+// match is the list's text and tag filter (the store filters by state and
+// owner).
+func (q machineQuery) match(m *store.Machine) bool {
+	if q.Tag != "" && !slices.Contains(m.Tags, q.Tag) {
+		return false
+	}
+	if q.Q == "" {
+		return true
+	}
+	needle := strings.ToLower(q.Q)
+	if strings.Contains(strings.ToLower(m.Hostname), needle) || strings.HasPrefix(m.ID, q.Q) ||
+		strings.Contains(strings.ToLower(m.AgentName), needle) {
+		return true
+	}
+	for _, mac := range m.MACs {
+		if strings.Contains(mac, needle) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(m.Tags, func(t string) bool { return strings.Contains(strings.ToLower(t), needle) })
+}
+
+func (q machineQuery) less(a, b *store.Machine) int {
+	var c int
+	switch q.Sort {
+	case "state":
+		c = cmp.Compare(stateOrder(a.State), stateOrder(b.State))
+	case "owner":
+		c = cmp.Compare(a.Owner, b.Owner)
+	case "arch":
+		c = cmp.Compare(a.Arch, b.Arch)
+	case "cpu":
+		c = cmp.Compare(a.CPUCount, b.CPUCount)
+	case "memory":
+		c = cmp.Compare(a.MemoryMB, b.MemoryMB)
+	case "created":
+		c = a.Created.Compare(b.Created)
+	}
+	if q.Desc {
+		c = -c
+	}
+	return c // ties keep the store's hostname order (stable sort)
+}
+
+func stateOrder(s store.State) int { return slices.Index(store.States, s) }
+
+type machinesData struct {
+	Q       machineQuery
+	States  []store.State
+	Rows    []api.Machine
+	Total   int // machines matching the filter
+	Page    int
+	Pages   int
+	First   int // 1-based index of the first row shown
+	Last    int
+	Prev    string
+	Next    string
+	Columns []column
+	Bulk    []bulkAction
+}
+
+type column struct {
+	Key, Label string
+}
+
+var machineColumns = []column{{"hostname", "Hostname"}, {"state", "State"}, {"owner", "Owner"},
+	{"arch", "Arch"}, {"cpu", "CPUs"}, {"memory", "Memory"}, {"created", "Created"}}
+
+// bulkAction is one of the actions the machine list applies to the
+// machines ticked: each becomes one API request per machine.
+type bulkAction struct {
+	Value, Label string
+	method       string
+	path         func(id string) string
+	body         any
+}
+
+var bulkActions = []bulkAction{
+	{"commission", "Commission", http.MethodPost, func(id string) string { return "/api/v1/machines/" + seg(id) + "/commission" }, nil},
+	{"power-off", "Power off", http.MethodPost, func(id string) string { return "/api/v1/machines/" + seg(id) + "/power" }, api.PowerAction{Action: "off", Reason: "bulk action in the web UI"}},
+	{"release", "Release", http.MethodPost, func(id string) string { return "/api/v1/machines/" + seg(id) + "/release" }, nil},
+}
+
+// machinesPage is the machine list. It reads the machines once (as GET
+// /api/v1/machines does), filters and sorts them in memory, and builds the
+// API's view (addresses, power) for the rows of one page only: a rack of
+// 10,000 machines renders a page faster than the API lists them all.
+func (u *UI) machinesPage(w http.ResponseWriter, r *http.Request, s *reqSession) {
+	q := readMachineQuery(r.URL.Query())
+	all, err := u.opts.Data.Machines(store.Filter{State: store.State(q.State), Owner: q.Owner})
+	if err != nil {
+		u.internal(w, r, s, err)
+		return
+	}
+	ms := all
+	if q.Tag != "" || q.Q != "" {
+		ms = make([]store.Machine, 0, len(all))
+		for i := range all {
+			if q.match(&all[i]) {
+				ms = append(ms, all[i])
+			}
+		}
+	}
+	if q.Sort != "hostname" || q.Desc {
+		slices.SortStableFunc(ms, func(a, b store.Machine) int {
+			if c := q.less(&a, &b); c != 0 {
+				return c
+			}
+			if q.Sort == "hostname" {
+				return -cmp.Compare(a.Hostname, b.Hostname)
+			}
+			return 0
+		})
+	}
+	d := machinesData{Q: q, States: store.States, Total: len(ms), Columns: machineColumns, Bulk: bulkActions}
+	d.Pages = max(1, (len(ms)+PageSize-1)/PageSize)
+	d.Page = min(q.Page, d.Pages)
+	start := (d.Page - 1) * PageSize
+	end := min(start+PageSize, len(ms))
+	d.Rows = u.opts.Data.MachineViews(ms[start:end], s.actor)
+	d.First, d.Last = start+1, end
+	if d.Page > 1 {
+		d.Prev = q.URL("page", strconv.Itoa(d.Page-1))
+	}
+	if d.Page < d.Pages {
+		d.Next = q.URL("page", strconv.Itoa(d.Page+1))
+	}
+	u.render(w, r, s, http.StatusOK, "machines", "Machines", "machines", d)
+}
+
+func (u *UI) internal(w http.ResponseWriter, r *http.Request, s *reqSession, err error) {
+	u.log.Error("webui: page", "path", r.URL.Path, "err", err)
+	u.renderStatus(w, r, s, http.StatusInternalServerError, "Error", "rackd could not read what this page shows; the rackd log has the details.")
+}
+
+type bulkData struct {
+	Action   bulkAction
+	Machines []api.Machine
+	Missing  []string
+	Results  []bulkResult
+	Back     string
+}
+
+type bulkResult struct {
+	Machine api.Machine
+	OK      bool
+	Message string
+}
+
+// bulk applies one action to the machines ticked: first a confirmation
+// page listing them, then (confirm=yes) one API request per machine, each
+// refused or done on its own.
+func (u *UI) bulk(w http.ResponseWriter, r *http.Request, s *reqSession) {
+	ai := slices.IndexFunc(bulkActions, func(b bulkAction) bool { return b.Value == r.PostFormValue("action") })
+	back := safeNext(r.PostFormValue("back"))
+	if !strings.HasPrefix(back, "/machines") {
+		back = "/machines"
+	}
+	if ai < 0 {
+		u.sessions.addFlash(s.session, flash{Error: true, Text: "Choose an action for the machines ticked."})
+		http.Redirect(w, r, back, http.StatusSeeOther)
+		return
+	}
+	ids := slices.Compact(slices.Sorted(slices.Values(r.PostForm["id"])))
+	if len(ids) == 0 {
+		u.sessions.addFlash(s.session, flash{Error: true, Text: "Tick the machines to " + strings.ToLower(bulkActions[ai].Label) + " first."})
+		http.Redirect(w, r, back, http.StatusSeeOther)
+		return
+	}
+	if len(ids) > PageSize*10 {
+		u.renderStatus(w, r, s, http.StatusBadRequest, "Too many", fmt.Sprintf("At most %d machines at a time.", PageSize*10))
+		return
+	}
+	d := bulkData{Action: bulkActions[ai], Back: back}
+	for _, id := range ids {
+		var m api.Machine
+		if err := u.get(r, s, "/api/v1/machines/"+seg(id), &m); err != nil {
+			d.Missing = append(d.Missing, id)
+			continue
+		}
+		d.Machines = append(d.Machines, m)
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		u.render(w, r, s, http.StatusOK, "bulk", "Confirm: "+d.Action.Label, "machines", d)
+		return
+	}
+	for _, m := range d.Machines {
+		res := u.call(r, s, d.Action.method, d.Action.path(m.ID), d.Action.body)
+		br := bulkResult{Machine: m, OK: res.OK(), Message: "done"}
+		if !res.OK() {
+			br.Message = res.Message()
+		}
+		d.Results = append(d.Results, br)
+	}
+	u.render(w, r, s, http.StatusOK, "bulk", d.Action.Label+": results", "machines", d)
+}
+
+// actionView is one lifecycle action offered on a machine's page.
+type actionView struct {
+	Action string
+	Label  string
+	// Reason, Erase, Deploy: the fields its form has.
+	Reason, Erase, Deploy bool
+	// Now says whether the machine's state allows it (the others are
+	// offered under "other actions"; the API says why it refuses).
+	Now bool
+}
+
+var lifecycleActions = []actionView{
+	{Action: "commission", Label: "Commission"},
+	{Action: "deploy", Label: "Deploy", Deploy: true},
+	{Action: "release", Label: "Release", Erase: true, Reason: true},
+	{Action: "mark-broken", Label: "Mark broken", Reason: true},
+	{Action: "mark-fixed", Label: "Mark fixed", Reason: true},
+	{Action: "retire", Label: "Retire", Reason: true},
+}
+
+type machineData struct {
+	M        api.Machine
+	Events   []api.Event
+	Power    *api.MachinePower
+	PowerErr string
+	History  []api.PowerRequest
+	Phases   []phaseTiming
+	Actions  []actionView
+	Other    []actionView
+	CanPower bool
+	CanIPs   bool
+	Allocate bool
+	Images   []api.Image
+	Subnets  []api.Subnet
+}
+
+func isTransient(state string) bool {
+	switch store.State(state) {
+	case store.StateCommissioning, store.StateDeploying, store.StateReleasing:
+		return true
+	}
+	return false
+}
+
+// phaseTiming is one commissioning, deployment or release, from the
+// machine's events.
+type phaseTiming struct {
+	Phase    string
+	Started  time.Time
+	Ended    time.Time
+	Duration time.Duration
+	Outcome  string // the state it ended in; "" while running
+}
+
+// phaseTimings reads the phases out of a machine's events (oldest first):
+// a phase starts with the transition into a transient state and ends with
+// the next transition out of it.
+func phaseTimings(evs []api.Event, now time.Time) []phaseTiming {
+	var out []phaseTiming
+	open := -1
+	for _, e := range evs {
+		if e.To == "" {
+			continue
+		}
+		if open >= 0 && e.From == out[open].Phase {
+			out[open].Ended, out[open].Outcome = e.Time, e.To
+			out[open].Duration = e.Time.Sub(out[open].Started)
+			open = -1
+		}
+		if isTransient(e.To) && e.From != e.To {
+			out = append(out, phaseTiming{Phase: e.To, Started: e.Time})
+			open = len(out) - 1
+		}
+	}
+	if open >= 0 {
+		out[open].Duration = now.Sub(out[open].Started)
+	}
+	slices.Reverse(out)
+	return out
+}
+
+func (u *UI) machinePage(w http.ResponseWriter, r *http.Request, s *reqSession) {
+	id := r.PathValue("id")
+	var d machineData
+	res := u.call(r, s, http.MethodGet, "/api/v1/machines/"+seg(id), nil)
+	if res.Status == http.StatusNotFound {
+		u.renderStatus(w, r, s, http.StatusNotFound, "Not found", res.Message())
+		return
+	}
+	if err := res.Decode(&d.M); err != nil {
+		u.renderStatus(w, r, s, res.Status, "Error", err.Error())
+		return
+	}
+	if err := u.get(r, s, "/api/v1/machines/"+seg(d.M.ID)+"/events?limit=200", &d.Events); err != nil {
+		u.sessions.addFlash(s.session, flash{Error: true, Text: "events: " + err.Error()})
+	}
+	var p api.MachinePower
+	if err := u.get(r, s, "/api/v1/machines/"+seg(d.M.ID)+"/power", &p); err != nil {
+		d.PowerErr = err.Error()
+	} else {
+		d.Power = &p
+	}
+	hist, err := u.opts.Data.PowerHistory(d.M.ID, 20)
+	if err != nil {
+		u.log.Warn("webui: power history", "machine", d.M.ID, "err", err)
+	}
+	d.History = hist
+	d.Phases = phaseTimings(d.Events, u.now())
+	// The timeline shows the newest first (the live updates add on top).
+	slices.Reverse(d.Events)
+	sm := store.Machine{ID: d.M.ID, Hostname: d.M.Hostname, Owner: d.M.Owner, State: store.State(d.M.State)}
+	for _, a := range lifecycleActions {
+		if store.MayAct(s.actor, sm, store.Action(a.Action)) != nil {
+			continue
+		}
+		_, err := store.Next(sm.State, store.Action(a.Action), false)
+		a.Now = err == nil
+		if a.Now {
+			d.Actions = append(d.Actions, a)
+		} else {
+			d.Other = append(d.Other, a)
+		}
+	}
+	d.CanPower = store.MayDrivePower(s.actor, sm) == nil && d.M.Power.Driver != ""
+	d.CanIPs = store.MayChangeAddresses(s.actor, sm) == nil
+	_, aerr := store.Next(sm.State, store.ActionAllocate, false)
+	d.Allocate = aerr == nil && u.opts.Allowed(s.actor, http.MethodPost, "/api/v1/allocations")
+	if slices.ContainsFunc(d.Actions, func(a actionView) bool { return a.Deploy }) ||
+		slices.ContainsFunc(d.Other, func(a actionView) bool { return a.Deploy }) {
+		var ims []api.Image
+		if u.get(r, s, "/api/v1/images", &ims) == nil {
+			for _, im := range ims {
+				if im.Purpose == "deploy" && (d.M.Arch == "" || im.Arch == d.M.Arch) {
+					d.Images = append(d.Images, im)
+				}
+			}
+		}
+	}
+	if d.CanIPs {
+		u.get(r, s, "/api/v1/subnets", &d.Subnets)
+	}
+	u.render(w, r, s, http.StatusOK, "machine", d.M.Hostname, "machines", d)
+}
+
+func machineBack(id string) string { return "/machines/" + url.PathEscape(id) }
+
+// machineAction is a lifecycle action: POST /api/v1/machines/{id}/{action}.
+func (u *UI) machineAction(w http.ResponseWriter, r *http.Request, s *reqSession) {
+	id := r.PathValue("id")
+	action := r.PostFormValue("action")
+	req := api.ActionRequest{Reason: strings.TrimSpace(r.PostFormValue("reason")), Erase: r.PostFormValue("erase") == "on"}
+	if action == "deploy" {
+		req.Image = r.PostFormValue("image")
+		if r.MultipartForm != nil {
+			if f, _, err := r.FormFile("user_data"); err == nil {
+				data, err := io.ReadAll(io.LimitReader(f, api.MaxUserData+1))
+				f.Close()
+				if err != nil {
+					u.formError(w, r, s, err)
+					return
+				}
+				if len(data) > 0 {
+					req.UserData = base64.StdEncoding.EncodeToString(data)
+				}
+			}
+		}
+		for _, line := range strings.Split(r.PostFormValue("ssh_keys"), "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				req.SSHKeys = append(req.SSHKeys, line)
+			}
+		}
+	}
+	var body any
+	if req.Reason != "" || req.Erase || req.Image != "" || req.UserData != "" || len(req.SSHKeys) > 0 {
+		body = req
+	}
+	res := u.call(r, s, http.MethodPost, "/api/v1/machines/"+seg(id)+"/"+seg(action), body)
+	notice := ""
+	if res.OK() {
+		var m api.Machine
+		if res.Decode(&m) == nil {
+			notice = fmt.Sprintf("%s: %s, now %s.", m.Hostname, action, m.State)
+			if m.Notice != "" {
+				notice += " " + m.Notice
+			}
+		}
+	}
+	u.done(w, r, s, res, machineBack(id), notice)
+}
+
+// machinePower queues a power action: POST /api/v1/machines/{id}/power.
+func (u *UI) machinePower(w http.ResponseWriter, r *http.Request, s *reqSession) {
+	id := r.PathValue("id")
+	res := u.call(r, s, http.MethodPost, "/api/v1/machines/"+seg(id)+"/power",
+		api.PowerAction{Action: r.PostFormValue("action"), Reason: strings.TrimSpace(r.PostFormValue("reason"))})
+	notice := ""
+	var pr api.PowerRequest
+	if res.OK() && res.Decode(&pr) == nil {
+		notice = fmt.Sprintf("Power %s queued (request %s).", pr.Action, pr.ID)
+	}
+	u.done(w, r, s, res, machineBack(id), notice)
+}
+
+// machineAllocate allocates the machine by name: POST /api/v1/allocations.
+func (u *UI) machineAllocate(w http.ResponseWriter, r *http.Request, s *reqSession) {
+	id := r.PathValue("id")
+	var m api.Machine
+	if err := u.get(r, s, "/api/v1/machines/"+seg(id), &m); err != nil {
+		u.done(w, r, s, apiResult{Status: http.StatusNotFound, Body: errorBody(err.Error())}, "/machines", "")
+		return
+	}
+	res := u.call(r, s, http.MethodPost, "/api/v1/allocations",
+		api.AllocateRequest{Name: m.Hostname, AgentName: strings.TrimSpace(r.PostFormValue("agent_name"))})
+	var al api.Allocation
+	if res.OK() && res.Decode(&al) == nil && al.Token != "" {
+		u.sessions.addFlash(s.session, flash{Text: fmt.Sprintf("%s allocated. Its allocation token (shown once; another agent needs it to take the machine over):", al.Machine.Hostname), Secret: al.Token})
+		http.Redirect(w, r, machineBack(id), http.StatusSeeOther)
+		return
+	}
+	u.done(w, r, s, res, machineBack(id), "Allocated.")
+}
+
+// machineAssignIP is POST /api/v1/machines/{id}/ips.
+func (u *UI) machineAssignIP(w http.ResponseWriter, r *http.Request, s *reqSession) {
+	id := r.PathValue("id")
+	res := u.call(r, s, http.MethodPost, "/api/v1/machines/"+seg(id)+"/ips", api.AssignIP{
+		MAC: strings.TrimSpace(r.PostFormValue("mac")), IP: strings.TrimSpace(r.PostFormValue("ip")),
+		Subnet: strings.TrimSpace(r.PostFormValue("subnet")), Alias: r.PostFormValue("alias") == "on",
+		Reason: strings.TrimSpace(r.PostFormValue("reason"))})
+	var a api.Address
+	notice := ""
+	if res.OK() && res.Decode(&a) == nil {
+		notice = fmt.Sprintf("%s assigned to %s.", a.IP, a.MAC)
+	}
+	u.done(w, r, s, res, machineBack(id), notice)
+}
+
+// machineRemoveIP is DELETE /api/v1/machines/{id}/ips/{ip}.
+func (u *UI) machineRemoveIP(w http.ResponseWriter, r *http.Request, s *reqSession) {
+	id, ip := r.PathValue("id"), strings.TrimSpace(r.PostFormValue("ip"))
+	res := u.call(r, s, http.MethodDelete, "/api/v1/machines/"+seg(id)+"/ips/"+seg(ip), nil)
+	u.done(w, r, s, res, machineBack(id), ip+" removed.")
+}

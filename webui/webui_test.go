@@ -1,0 +1,916 @@
+package webui_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+
+	"rackd/agent"
+	"rackd/agent/api"
+	"rackd/power/powertest"
+	"rackd/store"
+)
+
+// The tests run [power.fake]; the shipped binary has no fake driver.
+func init() { agent.FakePowerDriver = powertest.Driver }
+
+const rackName = "test-rack"
+
+// rig is a rackd serving its API and UI on a loopback port for one test.
+type rig struct {
+	*agent.Agent
+	url   string
+	admin string
+}
+
+func start(t *testing.T) *rig {
+	t.Helper()
+	cfg := agent.DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.Name = rackName
+	cfg.Power.Fake.Enabled = true
+	cfg.Lifecycle.WatchdogInterval = agent.Duration(time.Second)
+	log := slog.New(slog.DiscardHandler)
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	a, err := agent.New(cfg, log)
+	if err != nil {
+		t.Fatalf("agent.New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ctx, ln) }()
+	tok, err := os.ReadFile(filepath.Join(cfg.StateDir, agent.AdminTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return &rig{Agent: a, url: "http://" + ln.Addr().String(), admin: strings.TrimSpace(string(tok))}
+}
+
+// api calls the JSON API with token and decodes a 2xx answer into out.
+func (rg *rig) api(t *testing.T, token, method, path string, body, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, rg.url+path, rd)
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (rg *rig) addMachine(t *testing.T, m api.CreateMachine) api.Machine {
+	t.Helper()
+	var out api.Machine
+	if st := rg.api(t, rg.admin, "POST", "/api/v1/machines", m, &out); st != http.StatusCreated {
+		t.Fatalf("create machine %s: %d", m.Hostname, st)
+	}
+	return out
+}
+
+func (rg *rig) addUser(t *testing.T, name string, admin bool) string {
+	t.Helper()
+	var u api.User
+	if st := rg.api(t, rg.admin, "POST", "/api/v1/users", api.CreateUser{Name: name, Admin: admin}, &u); st != http.StatusCreated {
+		t.Fatalf("create user %s: %d", name, st)
+	}
+	return u.Token
+}
+
+// browser is a cookie-keeping client that does not follow redirects (the
+// tests look at them).
+type browser struct {
+	t    *testing.T
+	c    *http.Client
+	base string
+	csrf string
+}
+
+func (rg *rig) browser(t *testing.T) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, base: rg.url, c: &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+type page struct {
+	status int
+	header http.Header
+	body   string
+	doc    *html.Node
+	loc    string
+}
+
+func (b *browser) do(req *http.Request) page {
+	b.t.Helper()
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	p := page{status: resp.StatusCode, header: resp.Header, body: string(raw), loc: resp.Header.Get("Location")}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		doc, err := html.Parse(bytes.NewReader(raw))
+		if err != nil {
+			b.t.Fatalf("%s %s: the page does not parse: %v", req.Method, req.URL, err)
+		}
+		p.doc = doc
+		if v := attrOf(find(doc, func(n *html.Node) bool { return n.Data == "body" }), "data-csrf"); v != "" {
+			b.csrf = v
+		}
+	}
+	return p
+}
+
+func (b *browser) get(path string) page {
+	req, _ := http.NewRequest("GET", b.base+path, nil)
+	return b.do(req)
+}
+
+// post sends a form; the session's CSRF token is added unless the form
+// has a csrf field already.
+func (b *browser) post(path string, form url.Values) page {
+	if form == nil {
+		form = url.Values{}
+	}
+	if _, ok := form["csrf"]; !ok {
+		form.Set("csrf", b.csrf)
+	}
+	req, _ := http.NewRequest("POST", b.base+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return b.do(req)
+}
+
+// follow gets where a redirect points.
+func (b *browser) follow(p page) page {
+	b.t.Helper()
+	if p.status != http.StatusSeeOther {
+		b.t.Fatalf("got %d, want a 303 redirect: %s", p.status, p.body)
+	}
+	return b.get(p.loc)
+}
+
+func (b *browser) login(token string) page {
+	b.t.Helper()
+	lp := b.get("/login")
+	tok := attrOf(find(lp.doc, func(n *html.Node) bool { return n.Data == "input" && attrOf(n, "name") == "csrf" }), "value")
+	if tok == "" {
+		b.t.Fatalf("the login page has no csrf field: %s", lp.body)
+	}
+	return b.post("/login", url.Values{"csrf": {tok}, "token": {token}})
+}
+
+func (b *browser) mustLogin(token string) {
+	b.t.Helper()
+	p := b.login(token)
+	if p.status != http.StatusSeeOther || p.loc != "/" {
+		b.t.Fatalf("login: %d %q: %s", p.status, p.loc, p.body)
+	}
+	if d := b.get("/"); d.status != http.StatusOK {
+		b.t.Fatalf("dashboard after login: %d", d.status)
+	}
+}
+
+func find(n *html.Node, pred func(*html.Node) bool) *html.Node {
+	if n == nil {
+		return nil
+	}
+	if n.Type == html.ElementNode && pred(n) {
+		return n
+	}
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if f := find(c, pred); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+func findAll(n *html.Node, pred func(*html.Node) bool) []*html.Node {
+	var out []*html.Node
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode && pred(n) {
+			out = append(out, n)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	if n != nil {
+		walk(n)
+	}
+	return out
+}
+
+func attrOf(n *html.Node, key string) string {
+	if n == nil {
+		return ""
+	}
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+func hasAttr(n *html.Node, key string) bool {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+func text(n *html.Node) string {
+	var sb strings.Builder
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.TextNode {
+			sb.WriteString(n.Data)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(n)
+	return sb.String()
+}
+
+// alerts are the texts of the page's error messages.
+func alerts(p page) []string {
+	var out []string
+	for _, n := range findAll(p.doc, func(n *html.Node) bool {
+		return n.Data == "div" && attrOf(n, "role") == "alert" && strings.Contains(attrOf(n, "class"), "error")
+	}) {
+		out = append(out, strings.TrimSpace(text(n)))
+	}
+	return out
+}
+
+// checkPage holds every page to the rules: the security headers, a title
+// naming the appliance, no inline script or style, every form field
+// labelled.
+func checkPage(t *testing.T, path string, p page) {
+	t.Helper()
+	for h, want := range map[string]string{
+		"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+		"X-Frame-Options":         "DENY",
+		"X-Content-Type-Options":  "nosniff",
+		"Referrer-Policy":         "same-origin",
+	} {
+		if got := p.header.Get(h); got != want {
+			t.Errorf("%s: %s = %q, want %q", path, h, got, want)
+		}
+	}
+	if p.doc == nil {
+		t.Fatalf("%s: not an HTML page (%s)", path, p.header.Get("Content-Type"))
+	}
+	title := find(p.doc, func(n *html.Node) bool { return n.Data == "title" })
+	if title == nil || !strings.HasSuffix(text(title), "— rackd "+rackName) {
+		t.Errorf("%s: title %q does not name the appliance", path, text(title))
+	}
+	for _, s := range findAll(p.doc, func(n *html.Node) bool { return n.Data == "script" }) {
+		if attrOf(s, "src") == "" || strings.TrimSpace(text(s)) != "" {
+			t.Errorf("%s: inline script %q", path, text(s))
+		}
+	}
+	if st := find(p.doc, func(n *html.Node) bool { return n.Data == "style" }); st != nil {
+		t.Errorf("%s: a <style> element", path)
+	}
+	if n := find(p.doc, func(n *html.Node) bool { return hasAttr(n, "style") }); n != nil {
+		t.Errorf("%s: a style attribute on <%s>", path, n.Data)
+	}
+	if n := find(p.doc, func(n *html.Node) bool {
+		for _, a := range n.Attr {
+			if strings.HasPrefix(a.Key, "on") {
+				return true
+			}
+		}
+		return false
+	}); n != nil {
+		t.Errorf("%s: an inline event handler on <%s>", path, n.Data)
+	}
+	labels := map[string]bool{}
+	for _, l := range findAll(p.doc, func(n *html.Node) bool { return n.Data == "label" }) {
+		labels[attrOf(l, "for")] = true
+	}
+	for _, f := range findAll(p.doc, func(n *html.Node) bool {
+		return n.Data == "input" || n.Data == "select" || n.Data == "textarea"
+	}) {
+		switch attrOf(f, "type") {
+		case "hidden", "submit", "button":
+			continue
+		}
+		if id := attrOf(f, "id"); (id == "" || !labels[id]) && attrOf(f, "aria-label") == "" {
+			t.Errorf("%s: field %q (id %q) has no label", path, attrOf(f, "name"), attrOf(f, "id"))
+		}
+	}
+	for _, b := range findAll(p.doc, func(n *html.Node) bool { return n.Data == "button" }) {
+		if strings.TrimSpace(text(b)) == "" {
+			t.Errorf("%s: a button without visible text", path)
+		}
+	}
+}
+
+func TestLoginBadTokenRefused(t *testing.T) {
+	rg := start(t)
+	for name, token := range map[string]string{"unknown": "not-a-token", "empty": "", "admin's with junk": rg.admin + "x"} {
+		t.Run(name, func(t *testing.T) {
+			b := rg.browser(t)
+			p := b.login(token)
+			if p.status != http.StatusUnauthorized {
+				t.Fatalf("got %d, want 401", p.status)
+			}
+			if a := alerts(p); len(a) == 0 || !strings.Contains(a[0], "not valid") {
+				t.Errorf("alerts %q, want the refusal", a)
+			}
+			u, _ := url.Parse(rg.url)
+			for _, c := range b.c.Jar.Cookies(u) {
+				if c.Name == "rackd_session" {
+					t.Errorf("a session cookie was set after a refused login")
+				}
+			}
+			if d := b.get("/"); d.status != http.StatusSeeOther || !strings.HasPrefix(d.loc, "/login") {
+				t.Errorf("the dashboard without a session: %d %q", d.status, d.loc)
+			}
+		})
+	}
+}
+
+func TestSessionCookieAttributes(t *testing.T) {
+	rg := start(t)
+	var short api.Token
+	if st := rg.api(t, rg.admin, "POST", "/api/v1/tokens", api.CreateToken{Name: "short", Expires: "1h"}, &short); st != http.StatusCreated {
+		t.Fatalf("create token: %d", st)
+	}
+	tests := map[string]struct {
+		token  string
+		maxAge time.Duration // the cookie expires within this of now
+		minAge time.Duration
+	}{
+		"never-expiring token: 12 hours": {rg.admin, 12*time.Hour + time.Minute, 11 * time.Hour},
+		"token expiring in an hour":      {short.Token, time.Hour + time.Minute, 50 * time.Minute},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := rg.browser(t)
+			p := b.login(tc.token)
+			if p.status != http.StatusSeeOther {
+				t.Fatalf("login: %d %s", p.status, p.body)
+			}
+			var c *http.Cookie
+			for _, sc := range (&http.Response{Header: p.header}).Cookies() {
+				if sc.Name == "rackd_session" {
+					c = sc
+				}
+			}
+			if c == nil {
+				t.Fatalf("no rackd_session cookie in %q", p.header.Values("Set-Cookie"))
+			}
+			if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.Secure {
+				t.Errorf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/, not Secure over plain HTTP", c)
+			}
+			if len(c.Value) != 43 {
+				t.Errorf("session id %q is not 32 random bytes in base64url", c.Value)
+			}
+			left := time.Until(c.Expires)
+			if left > tc.maxAge || left < tc.minAge {
+				t.Errorf("cookie expires in %s, want between %s and %s", left, tc.minAge, tc.maxAge)
+			}
+		})
+	}
+}
+
+func TestRevokedTokenEndsSession(t *testing.T) {
+	rg := start(t)
+	tok := rg.addUser(t, "carol", false)
+	b := rg.browser(t)
+	b.mustLogin(tok)
+	var toks []api.Token
+	if st := rg.api(t, tok, "GET", "/api/v1/tokens", nil, &toks); st != http.StatusOK || len(toks) != 1 {
+		t.Fatalf("tokens: %d %v", st, toks)
+	}
+	if st := rg.api(t, rg.admin, "DELETE", "/api/v1/tokens/"+toks[0].ID, nil, nil); st != http.StatusOK {
+		t.Fatalf("revoke: %d", st)
+	}
+	p := b.get("/machines")
+	if p.status != http.StatusSeeOther || !strings.HasPrefix(p.loc, "/login") {
+		t.Fatalf("after the token's revocation: %d %q, want a redirect to the login", p.status, p.loc)
+	}
+	// The session is gone, not just refused once.
+	if p := b.get("/"); p.status != http.StatusSeeOther {
+		t.Errorf("second request: %d", p.status)
+	}
+}
+
+func TestLogoutEndsSession(t *testing.T) {
+	rg := start(t)
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	u, _ := url.Parse(rg.url)
+	var id string
+	for _, c := range b.c.Jar.Cookies(u) {
+		if c.Name == "rackd_session" {
+			id = c.Value
+		}
+	}
+	p := b.post("/logout", nil)
+	if p.status != http.StatusSeeOther || p.loc != "/login" {
+		t.Fatalf("logout: %d %q", p.status, p.loc)
+	}
+	// The old cookie, replayed, no longer opens anything.
+	req, _ := http.NewRequest("GET", rg.url+"/machines", nil)
+	req.AddCookie(&http.Cookie{Name: "rackd_session", Value: id})
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("the logged-out session's cookie: %d, want a redirect to the login", resp.StatusCode)
+	}
+}
+
+func TestCSRF(t *testing.T) {
+	rg := start(t)
+	m := rg.addMachine(t, api.CreateMachine{Hostname: "n1", MACs: []string{"52:54:00:00:00:01"}, State: "READY"})
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	tests := map[string]struct {
+		csrf    *string
+		header  map[string]string
+		want    int
+		changed bool
+	}{
+		"missing":             {csrf: new(string), want: http.StatusForbidden},
+		"wrong":               {csrf: ptr("x" + strings.Repeat("A", 42)), want: http.StatusForbidden},
+		"right, cross-site":   {header: map[string]string{"Sec-Fetch-Site": "cross-site"}, want: http.StatusForbidden},
+		"right, other origin": {header: map[string]string{"Origin": "http://evil.example"}, want: http.StatusForbidden},
+		"right":               {want: http.StatusSeeOther, changed: true},
+	}
+	for _, name := range []string{"missing", "wrong", "right, cross-site", "right, other origin", "right"} {
+		tc := tests[name]
+		t.Run(name, func(t *testing.T) {
+			form := url.Values{"action": {"mark-broken"}, "reason": {name}}
+			if tc.csrf != nil {
+				form.Set("csrf", *tc.csrf)
+			} else {
+				form.Set("csrf", b.csrf)
+			}
+			req, _ := http.NewRequest("POST", rg.url+"/machines/"+m.ID+"/action", strings.NewReader(form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			p := b.do(req)
+			if p.status != tc.want {
+				t.Fatalf("got %d, want %d: %s", p.status, tc.want, p.body)
+			}
+			var got api.Machine
+			rg.api(t, rg.admin, "GET", "/api/v1/machines/"+m.ID, nil, &got)
+			if (got.State == "BROKEN") != tc.changed {
+				t.Errorf("machine is %s after the request; changed want %v", got.State, tc.changed)
+			}
+		})
+	}
+	// The header form of the token (the script's) works as well.
+	req, _ := http.NewRequest("POST", rg.url+"/machines/"+m.ID+"/action", strings.NewReader("action=mark-fixed"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-CSRF-Token", b.csrf)
+	if p := b.do(req); p.status != http.StatusSeeOther {
+		t.Errorf("X-CSRF-Token: %d", p.status)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestEveryPage(t *testing.T) {
+	rg := start(t)
+	m := rg.addMachine(t, api.CreateMachine{Hostname: "n1", Arch: "amd64", MACs: []string{"52:54:00:00:00:01"}, CPUCount: 4, MemoryMB: 8192,
+		Tags: []string{"rack1"}, State: "READY", Power: &api.PowerParams{Driver: "fake", Address: "bmc1"}})
+	rg.api(t, rg.admin, "POST", "/api/v1/subnets", api.Subnet{CIDR: "10.77.0.0/24", Gateway: "10.77.0.1",
+		DynamicRanges: []api.Range{{Start: "10.77.0.100", End: "10.77.0.199"}}}, nil)
+	rg.api(t, rg.admin, "POST", "/api/v1/machines/"+m.ID+"/power", api.PowerAction{Action: "on"}, nil)
+	b := rg.browser(t)
+	login := b.get("/login")
+	checkPage(t, "/login", login)
+	b.mustLogin(rg.admin)
+	for _, path := range []string{"/", "/machines", "/machines?state=READY&sort=cpu&dir=desc", "/machines/" + m.ID,
+		"/subnets", "/images", "/users", "/no-such-page", "/machines/no-such-machine"} {
+		t.Run(path, func(t *testing.T) {
+			p := b.get(path)
+			want := http.StatusOK
+			if strings.Contains(path, "no-such") {
+				want = http.StatusNotFound
+			}
+			if p.status != want {
+				t.Fatalf("got %d, want %d: %s", p.status, want, p.body)
+			}
+			checkPage(t, path, p)
+		})
+	}
+	// The static assets carry the headers too.
+	for _, path := range []string{"/static/app.js", "/static/app.css", "/static/favicon.svg", "/favicon.ico"} {
+		p := b.get(path)
+		if p.status != http.StatusOK || p.header.Get("Content-Security-Policy") == "" || p.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: %d, headers %v", path, p.status, p.header)
+		}
+	}
+	// An unknown API path is still the API's JSON 404.
+	p := b.get("/api/v1/nothing")
+	if p.status != http.StatusNotFound || !strings.HasPrefix(p.header.Get("Content-Type"), "application/json") {
+		t.Errorf("/api/v1/nothing: %d %s", p.status, p.header.Get("Content-Type"))
+	}
+}
+
+func TestMachineListHooks(t *testing.T) {
+	rg := start(t)
+	for i := range 130 {
+		tags := []string{"odd"}
+		if i%2 == 0 {
+			tags = []string{"even"}
+		}
+		rg.addMachine(t, api.CreateMachine{Hostname: fmt.Sprintf("n%03d", i), MACs: []string{fmt.Sprintf("52:54:00:00:01:%02x", i)},
+			CPUCount: i + 1, State: "READY", Tags: tags})
+	}
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	rows := func(p page) []*html.Node {
+		return findAll(p.doc, func(n *html.Node) bool { return n.Data == "tr" && strings.HasPrefix(attrOf(n, "id"), "machine-") })
+	}
+	tests := []struct {
+		path  string
+		rows  int
+		first string // hostname of the first row
+	}{
+		{"/machines", 100, "n000"},
+		{"/machines?page=2", 30, "n100"},
+		{"/machines?page=99", 30, "n100"},
+		{"/machines?tag=even", 65, "n000"},
+		{"/machines?sort=cpu&dir=desc", 100, "n129"},
+		{"/machines?sort=hostname&dir=desc", 100, "n129"},
+		{"/machines?q=n12", 10, "n120"},
+		{"/machines?state=NEW", 0, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.path, func(t *testing.T) {
+			p := b.get(tc.path)
+			rs := rows(p)
+			if len(rs) != tc.rows {
+				t.Fatalf("%d rows, want %d", len(rs), tc.rows)
+			}
+			if tc.rows == 0 {
+				return
+			}
+			if got := strings.TrimSpace(text(find(rs[0], func(n *html.Node) bool { return n.Data == "a" }))); got != tc.first {
+				t.Errorf("first row %q, want %q", got, tc.first)
+			}
+			st := find(rs[0], func(n *html.Node) bool { return n.Data == "td" && strings.Contains(attrOf(n, "class"), "state") })
+			if attrOf(rs[0], "data-state") != "READY" || st == nil || strings.TrimSpace(text(st)) != "READY" {
+				t.Errorf("row %v: data-state or the state cell is wrong", rs[0].Attr)
+			}
+		})
+	}
+}
+
+func TestEscaping(t *testing.T) {
+	rg := start(t)
+	const payload = `<script>alert(1)</script><img src=x onerror=alert(2)>`
+	m := rg.addMachine(t, api.CreateMachine{Hostname: "n1", MACs: []string{"52:54:00:00:00:01"}, State: "READY"})
+	if st := rg.api(t, rg.admin, "POST", "/api/v1/machines/"+m.ID+"/mark-broken", api.ActionRequest{Reason: payload}, nil); st != http.StatusOK {
+		t.Fatalf("mark-broken: %d", st)
+	}
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	// The API refuses the payload as a hostname, in words that quote it.
+	refused := b.follow(b.post("/subnets/reservations", url.Values{"ip": {"10.9.9.9"}, "hostname": {payload}}))
+	for name, p := range map[string]page{
+		"event reason on the machine page": b.get("/machines/" + m.ID),
+		"event reason on the dashboard":    b.get("/"),
+		"tag and text filters":             b.get("/machines?tag=" + url.QueryEscape(payload) + "&q=" + url.QueryEscape(payload)),
+		"an API error quoting it":          refused,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if strings.Contains(p.body, "<script>alert") || strings.Contains(p.body, "<img src=x") {
+				t.Fatalf("the payload is in the page unescaped")
+			}
+			if !strings.Contains(p.body, "&lt;script&gt;alert(1)&lt;/script&gt;") && !strings.Contains(p.body, "&#34;&lt;script") {
+				t.Errorf("the payload is not shown (escaped) at all")
+			}
+			if s := findAll(p.doc, func(n *html.Node) bool { return n.Data == "script" && attrOf(n, "src") == "" }); len(s) > 0 {
+				t.Errorf("an inline script made it into the DOM")
+			}
+		})
+	}
+	if a := alerts(refused); len(a) == 0 {
+		t.Errorf("the reservation's refusal is not shown")
+	}
+}
+
+func TestLargeFormRefused(t *testing.T) {
+	rg := start(t)
+	m := rg.addMachine(t, api.CreateMachine{Hostname: "n1", MACs: []string{"52:54:00:00:00:01"}, State: "READY"})
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	big := "action=mark-broken&reason=" + strings.Repeat("a", 10<<20)
+	for _, ct := range []string{"application/x-www-form-urlencoded", "multipart/form-data; boundary=xyz"} {
+		req, _ := http.NewRequest("POST", rg.url+"/machines/"+m.ID+"/action", strings.NewReader(big))
+		req.Header.Set("Content-Type", ct)
+		p := b.do(req)
+		if p.status != http.StatusRequestEntityTooLarge && p.status != http.StatusBadRequest {
+			t.Errorf("%s: a 10 MB form: %d, want 413 (or 400 for a broken multipart body)", ct, p.status)
+		}
+		if p.doc == nil || len(alerts(p)) == 0 {
+			t.Errorf("%s: the refusal is not a page saying why: %.200s", ct, p.body)
+		}
+	}
+	var got api.Machine
+	rg.api(t, rg.admin, "GET", "/api/v1/machines/"+m.ID, nil, &got)
+	if got.State != "READY" {
+		t.Errorf("the refused form changed the machine: %s", got.State)
+	}
+	if p := b.get("/machines"); p.status != http.StatusOK {
+		t.Errorf("the UI after the big form: %d", p.status)
+	}
+}
+
+func TestStaticTraversalRefused(t *testing.T) {
+	rg := start(t)
+	for _, path := range []string{"/static/../go.mod", "/static/%2e%2e/webui.go", "/static/..%2fwebui.go",
+		"/static/%2e%2e%2f%2e%2e%2fgo.mod", "/static/", "/static//etc/passwd", "/static/../../../../etc/passwd",
+		"/static/app.js/..%2f..%2fwebui.go"} {
+		t.Run(path, func(t *testing.T) {
+			req, err := http.NewRequest("GET", rg.url+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.URL.RawPath = "" // send it as written
+			req.URL.Opaque = path
+			resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK || bytes.Contains(body, []byte("module rackd")) || bytes.Contains(body, []byte("package webui")) ||
+				bytes.Contains(body, []byte("root:")) {
+				t.Errorf("%s: %d %.100q", path, resp.StatusCode, body)
+			}
+		})
+	}
+}
+
+func TestIllegalTransitionShowsAPIError(t *testing.T) {
+	rg := start(t)
+	m := rg.addMachine(t, api.CreateMachine{Hostname: "n1", MACs: []string{"52:54:00:00:00:01"}, State: "READY"})
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	page := b.get("/machines/" + m.ID)
+	// mark-fixed is not offered among the actions a READY machine allows.
+	main := find(page.doc, func(n *html.Node) bool { return n.Data == "div" && attrOf(n, "class") == "actions" })
+	if main != nil && strings.Contains(text(main), "Mark fixed") {
+		t.Errorf("mark-fixed is offered as allowed on a READY machine")
+	}
+	p := b.follow(b.post("/machines/"+m.ID+"/action", url.Values{"action": {"mark-fixed"}}))
+	a := alerts(p)
+	const want = "cannot mark-fixed a machine that is READY"
+	if len(a) != 1 || !strings.Contains(a[0], want) {
+		t.Fatalf("alerts %q, want the API's %q", a, want)
+	}
+	// Shown once.
+	if a := alerts(b.get("/machines/" + m.ID)); len(a) != 0 {
+		t.Errorf("the message is shown again: %q", a)
+	}
+}
+
+func TestNonAdmin(t *testing.T) {
+	rg := start(t)
+	m := rg.addMachine(t, api.CreateMachine{Hostname: "n1", MACs: []string{"52:54:00:00:00:01"}, State: "READY",
+		Power: &api.PowerParams{Driver: "fake", Address: "bmc1"}})
+	tok := rg.addUser(t, "bob", false)
+	b := rg.browser(t)
+	b.mustLogin(tok)
+	mp := b.get("/machines/" + m.ID)
+	checkPage(t, "machine page as bob", mp)
+	for _, f := range findAll(mp.doc, func(n *html.Node) bool { return n.Data == "form" }) {
+		action := attrOf(f, "action")
+		if strings.HasSuffix(action, "/action") || strings.HasSuffix(action, "/power") || strings.HasSuffix(action, "/ips") {
+			t.Errorf("bob, who does not hold the machine, is offered %s: %q", action, text(f))
+		}
+	}
+	if find(mp.doc, func(n *html.Node) bool {
+		return n.Data == "form" && attrOf(n, "action") == "/machines/"+m.ID+"/allocate"
+	}) == nil {
+		t.Errorf("bob is not offered to allocate a READY machine")
+	}
+	up := b.get("/users")
+	if find(up.doc, func(n *html.Node) bool { return n.Data == "form" && attrOf(n, "action") == "/users" }) != nil {
+		t.Errorf("bob is offered to add users")
+	}
+	if strings.Contains(text(find(up.doc, func(n *html.Node) bool { return n.Data == "nav" })), "Users and tokens") {
+		t.Errorf("bob's navigation names the users page")
+	}
+	ip := b.get("/images")
+	if find(ip.doc, func(n *html.Node) bool { return n.Data == "form" && attrOf(n, "action") == "/images/import" }) != nil {
+		t.Errorf("bob is offered to import images")
+	}
+	// Forged admin requests get the API's refusal, in its words.
+	forged := []struct {
+		path string
+		form url.Values
+		want string
+	}{
+		{"/users", url.Values{"name": {"mallory"}, "admin": {"on"}}, "user bob is not an admin"},
+		{"/machines/" + m.ID + "/action", url.Values{"action": {"commission"}}, "only an admin may commission a machine"},
+		{"/machines/" + m.ID + "/power", url.Values{"action": {"on"}}, "machine n1 is not yours"},
+		{"/images/import", url.Values{"url": {"http://127.0.0.1:1/x"}}, "user bob is not an admin"},
+	}
+	for _, f := range forged {
+		p := b.follow(b.post(f.path, f.form))
+		if a := alerts(p); len(a) == 0 || !strings.Contains(a[0], f.want) {
+			t.Errorf("forged POST %s: alerts %q, want %q", f.path, a, f.want)
+		}
+	}
+	// The API itself says 403 to bob for the same.
+	if st := rg.api(t, tok, "POST", "/api/v1/users", api.CreateUser{Name: "mallory"}, nil); st != http.StatusForbidden {
+		t.Errorf("the API: %d", st)
+	}
+	var us []api.User
+	rg.api(t, rg.admin, "GET", "/api/v1/users", nil, &us)
+	for _, u := range us {
+		if u.Name == "mallory" {
+			t.Errorf("the forged request made a user")
+		}
+	}
+	// Bulk commission as bob: refused machine by machine.
+	p := b.post("/machines/bulk", url.Values{"action": {"commission"}, "id": {m.ID}, "confirm": {"yes"}})
+	if p.status != http.StatusOK || !strings.Contains(p.body, "only an admin may commission a machine") {
+		t.Errorf("bulk commission as bob: %d %.300s", p.status, p.body)
+	}
+}
+
+func TestBulkConfirmation(t *testing.T) {
+	rg := start(t)
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, rg.addMachine(t, api.CreateMachine{Hostname: fmt.Sprintf("n%d", i), MACs: []string{fmt.Sprintf("52:54:00:00:00:0%d", i)},
+			Power: &api.PowerParams{Driver: "fake", Address: fmt.Sprintf("bmc%d", i)}}).ID)
+	}
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	confirm := b.post("/machines/bulk", url.Values{"action": {"commission"}, "id": ids[:2]})
+	checkPage(t, "bulk confirmation", confirm)
+	if !strings.Contains(confirm.body, "Commission 2 machines") {
+		t.Fatalf("no confirmation step: %.500s", confirm.body)
+	}
+	for _, id := range ids {
+		var m api.Machine
+		rg.api(t, rg.admin, "GET", "/api/v1/machines/"+id, nil, &m)
+		if m.State != "NEW" {
+			t.Fatalf("%s is %s before the confirmation", m.Hostname, m.State)
+		}
+	}
+	res := b.post("/machines/bulk", url.Values{"action": {"commission"}, "id": ids[:2], "confirm": {"yes"}})
+	if res.status != http.StatusOK {
+		t.Fatalf("bulk: %d", res.status)
+	}
+	for i, id := range ids {
+		var m api.Machine
+		rg.api(t, rg.admin, "GET", "/api/v1/machines/"+id, nil, &m)
+		if want := map[bool]string{true: "COMMISSIONING", false: "NEW"}[i < 2]; m.State != want {
+			t.Errorf("%s is %s, want %s", m.Hostname, m.State, want)
+		}
+	}
+}
+
+// sseEvent is one Server-Sent Event.
+type sseEvent struct{ kind, data string }
+
+func readSSE(t *testing.T, body io.Reader, out chan<- sseEvent) {
+	sc := bufio.NewScanner(body)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev.kind != "" {
+				out <- ev
+			}
+			ev = sseEvent{}
+		case strings.HasPrefix(line, "event: "):
+			ev.kind = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			ev.data = strings.TrimPrefix(line, "data: ")
+		}
+	}
+	close(out)
+}
+
+func TestSSEDeliversStateChange(t *testing.T) {
+	rg := start(t)
+	m := rg.addMachine(t, api.CreateMachine{Hostname: "n1", MACs: []string{"52:54:00:00:00:01"},
+		Power: &api.PowerParams{Driver: "fake", Address: "bmc1"}})
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", rg.url+"/events", nil)
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("/events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	evs := make(chan sseEvent, 16)
+	go readSSE(t, resp.Body, evs)
+	// Subscribed once the stream has answered; then the change is made.
+	deadline := time.Now().Add(10 * time.Second)
+	for rg.UI().Hub().Clients() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := rg.api(t, rg.admin, "POST", "/api/v1/machines/"+m.ID+"/commission", nil, nil); st != http.StatusOK {
+		t.Fatalf("commission: %d", st)
+	}
+	var sawPower bool
+	for {
+		select {
+		case ev, ok := <-evs:
+			if !ok {
+				t.Fatal("the stream ended before the state change arrived")
+			}
+			switch ev.kind {
+			case "machine":
+				var e struct{ Machine, From, To, Action string }
+				if err := json.Unmarshal([]byte(ev.data), &e); err != nil {
+					t.Fatalf("event data %q: %v", ev.data, err)
+				}
+				if e.Machine == m.ID && e.To == string(store.StateCommissioning) && e.From == "NEW" && e.Action == "commission" {
+					_ = sawPower
+					return
+				}
+			case "power":
+				sawPower = true
+			}
+		case <-ctx.Done():
+			t.Fatal("no state change event within 30 s")
+		}
+	}
+}
+
+func TestSSENeedsSession(t *testing.T) {
+	rg := start(t)
+	resp, err := http.Get(rg.url + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/events without a session: %d, want 401", resp.StatusCode)
+	}
+}
