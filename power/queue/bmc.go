@@ -197,16 +197,14 @@ func (q *Queue) Health() (Health, error) {
 	}
 	h := Health{Depth: depth, InFlight: len(q.global)}
 	h.BreakersOpen, h.BreakersHalfOpen = q.breakers()
+	for addr, n := range q.failingBMCs() {
+		h.Failing = append(h.Failing, FailingBMC{Address: addr, Failures: n})
+	}
 	q.mu.Lock()
-	for addr, b := range q.bmcs {
-		if b.failures == 0 {
-			continue
+	for i := range h.Failing {
+		if b := q.bmcs[h.Failing[i].Address]; b != nil && b.failures >= q.cfg.BreakerThreshold {
+			h.Failing[i].OpenUntil = b.openUntil
 		}
-		f := FailingBMC{Address: addr, Failures: b.failures}
-		if b.failures >= q.cfg.BreakerThreshold {
-			f.OpenUntil = b.openUntil
-		}
-		h.Failing = append(h.Failing, f)
 	}
 	q.mu.Unlock()
 	slices.SortFunc(h.Failing, func(a, b FailingBMC) int { return strings.Compare(a.Address, b.Address) })
