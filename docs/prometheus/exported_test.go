@@ -9,11 +9,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"rackd/agent"
 	"rackd/agent/api"
@@ -381,5 +384,53 @@ func TestDashboard(t *testing.T) {
 		if !strings.Contains(all.String(), name) {
 			t.Errorf("no panel queries %s", name)
 		}
+	}
+}
+
+// grafanaVariables are the dashboard's variables as a query sees them once
+// Grafana has replaced them.
+var grafanaVariables = strings.NewReplacer("$__rate_interval", "5m", "$__range", "1h", "$__interval", "1m",
+	`"$instance"`, `".*"`)
+
+// TestDashboardQueriesParse has promtool parse every query of the dashboard
+// (its variables replaced as Grafana would), as the expressions of a rule
+// file: a query Prometheus cannot parse shows no data and no error until
+// someone opens the panel.
+func TestDashboardQueriesParse(t *testing.T) {
+	promtool := requirePeer(t, "promtool")
+	var rules []map[string]string
+	where := map[string]string{}
+	for i, q := range dashboardQueries(t, loadDashboard(t)) {
+		expr := q.expr
+		if m := labelValues.FindStringSubmatch(expr); m != nil {
+			expr = m[1]
+		}
+		expr = grafanaVariables.Replace(expr)
+		if strings.Contains(expr, "$") {
+			t.Errorf("%s: %q uses a variable this test does not know", q.where, q.expr)
+			continue
+		}
+		name := fmt.Sprintf("dashboard:query_%03d:check", i) // no name a prefix of another
+		where[name] = q.where
+		rules = append(rules, map[string]string{"record": name, "expr": expr})
+	}
+	b, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "dashboard-queries.yml")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput()
+	if err != nil {
+		msg := string(out)
+		for name, w := range where {
+			msg = strings.ReplaceAll(msg, name, name+" ("+w+")")
+		}
+		t.Fatalf("promtool check rules on the dashboard's queries: %v\n%s", err, msg)
+	}
+	if !strings.Contains(string(out), fmt.Sprintf("%d rules found", len(rules))) {
+		t.Errorf("promtool did not check the %d queries:\n%s", len(rules), out)
 	}
 }
