@@ -26,6 +26,10 @@ var funcs = template.FuncMap{
 	"stateClass": func(s string) string { return "st-" + strings.ToLower(strings.ReplaceAll(s, "_", "-")) },
 	"add":        func(a, b int) int { return a + b },
 	"strs":       func(s ...string) []string { return s },
+	// anchor makes an element id of a subnet's CIDR.
+	"anchor": func(s string) string { return strings.NewReplacer("/", "-", ".", "-", ":", "-").Replace(s) },
+	// high is where a pool's meter turns to warning: 90% used.
+	"high": func(size uint64) string { return fmt.Sprintf("%.1f", float64(size)*0.9) },
 	"args": func(m api.Machine, csrf string, a actionView, d machineData) actionArgs {
 		return actionArgs{M: m, CSRF: csrf, A: a, Images: d.Images, ID: "act-" + a.Action}
 	},

@@ -110,8 +110,20 @@
     }
   }
 
+  // observedAfter is the power a request that ended done leaves behind.
+  var observedAfter = { on: "on", off: "off", cycle: "on" };
+
   function onPower(p) {
+    var seen = p.state === "done" ? observedAfter[p.action] : "";
+    var listRow = document.getElementById("machine-" + p.machine);
+    var cell = listRow && listRow.querySelector("td.power");
+    if (cell && seen) {
+      var desired = cell.textContent.split(" / ")[0];
+      cell.textContent = desired + " / " + seen;
+    }
+    var observed = document.getElementById("power-observed");
     var page = document.querySelector(".machine[data-machine]");
+    if (observed && seen && page && page.dataset.machine === p.machine) observed.textContent = seen;
     if (!page || page.dataset.machine !== p.machine) return;
     var table = document.querySelector("#power-requests tbody");
     if (!table) return;
