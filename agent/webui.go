@@ -98,6 +98,8 @@ func (d uiData) MachineViews(ms []store.Machine, who store.Actor) []api.Machine 
 	return out
 }
 
+func (d uiData) Machine(idOrName string) (store.Machine, error) { return d.a.store.Machine(idOrName) }
+
 func (d uiData) CountByState() (map[store.State]int, error) { return d.a.store.CountByState() }
 
 func (d uiData) RecentEvents(limit int) ([]store.Event, error) { return d.a.store.RecentEvents(limit) }

@@ -3,6 +3,8 @@ package webui
 import (
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,4 +124,47 @@ func TestMachineQueryURL(t *testing.T) {
 	if bad.State != "" || bad.Sort != "hostname" || bad.Page != 1 {
 		t.Errorf("bad query read as %+v", bad)
 	}
+}
+
+// A post-login destination stays on this site whatever is asked.
+func FuzzSafeNext(f *testing.F) {
+	for _, s := range []string{"", "/", "/machines?x=1", "//evil", "https://evil", "/\\evil", "/a\r\nb", "javascript:alert(1)"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := safeNext(s)
+		if !strings.HasPrefix(got, "/") || strings.HasPrefix(got, "//") || strings.ContainsAny(got, "\\\r\n") {
+			t.Fatalf("safeNext(%q) = %q", s, got)
+		}
+		u, err := url.Parse(got)
+		if err == nil && (u.Host != "" || u.Scheme != "") {
+			t.Fatalf("safeNext(%q) = %q leaves the site", s, got)
+		}
+	})
+}
+
+// Any query reads as a valid machine query, and the URL it builds reads
+// back as the same query.
+func FuzzMachineQuery(f *testing.F) {
+	f.Add("state=ready&tag=a&q=x&sort=cpu&dir=desc&page=2")
+	f.Add("page=-1&sort=%00&state=%3Cx%3E")
+	f.Add("q=%E2%82%AC&owner=a+b")
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		q := readMachineQuery(v)
+		if !slices.Contains(sortKeys, q.Sort) || q.Page < 1 || (q.State != "" && !store.State(q.State).Valid()) {
+			t.Fatalf("read %q as %+v", raw, q)
+		}
+		u, err := url.Parse(q.URL())
+		if err != nil || u.Path != "/machines" {
+			t.Fatalf("URL %q: %v", q.URL(), err)
+		}
+		back := readMachineQuery(u.Query())
+		if back != q {
+			t.Fatalf("%+v -> %q -> %+v", q, q.URL(), back)
+		}
+	})
 }

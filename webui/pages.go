@@ -55,28 +55,30 @@ func (u *UI) dashboard(w http.ResponseWriter, r *http.Request, s *reqSession) {
 	if err != nil {
 		u.log.Warn("webui: recent events", "err", err)
 	}
+	// The machines needing attention are looked for only when the counts
+	// say there are some: a scan of a large rack costs what listing it does.
 	var bad []store.Machine
-	if n := counts[store.StateFailedCommissioning] + counts[store.StateFailedDeployment] + counts[store.StateBroken]; n > 0 || len(evs) > 0 {
+	if counts[store.StateFailedCommissioning]+counts[store.StateFailedDeployment]+counts[store.StateBroken] > 0 {
 		all, err := u.opts.Data.Machines(store.Filter{})
 		if err != nil {
 			u.internal(w, r, s, err)
 			return
 		}
-		names := make(map[string]string, len(evs))
-		for _, e := range evs {
-			names[e.Machine] = ""
-		}
 		for i := range all {
-			if _, ok := names[all[i].ID]; ok {
-				names[all[i].ID] = all[i].Hostname
-			}
 			if attentionStates[all[i].State] && len(bad) < 50 {
 				bad = append(bad, all[i])
 			}
 		}
-		for _, e := range evs {
-			d.Events = append(d.Events, dashEvent{Event: eventView(e), Hostname: names[e.Machine]})
+	}
+	names := map[string]string{}
+	for _, e := range evs {
+		if _, ok := names[e.Machine]; !ok {
+			names[e.Machine] = ""
+			if m, err := u.opts.Data.Machine(e.Machine); err == nil {
+				names[e.Machine] = m.Hostname
+			}
 		}
+		d.Events = append(d.Events, dashEvent{Event: eventView(e), Hostname: names[e.Machine]})
 	}
 	d.Attention = u.opts.Data.MachineViews(bad, s.actor)
 	u.render(w, r, s, http.StatusOK, "dashboard", "Dashboard", "dashboard", d)

@@ -42,6 +42,8 @@ var staticFS embed.FS
 type Data interface {
 	// Machines is store.ListMachines.
 	Machines(f store.Filter) ([]store.Machine, error)
+	// Machine is store.Machine (by id or hostname).
+	Machine(idOrName string) (store.Machine, error)
 	// MachineViews are the machines as GET /api/v1/machines shows them to
 	// who, for the rows of one page only.
 	MachineViews(ms []store.Machine, who store.Actor) []api.Machine
@@ -219,7 +221,8 @@ type view struct {
 	CSRF    string
 	Flashes []flash
 	Page    any
-	// Admin actions shown (by the route table).
+	// CanUsers: the users page lists users (the route table lets who
+	// list them).
 	CanUsers bool
 }
 

@@ -942,3 +942,44 @@ func TestSSENeedsSession(t *testing.T) {
 		t.Errorf("/events without a session: %d, want 401", resp.StatusCode)
 	}
 }
+
+// A power request made from the machine page is queued through the API and
+// its fate shows in the page's request history.
+func TestPowerRequestFate(t *testing.T) {
+	rg := start(t)
+	m := rg.addMachine(t, api.CreateMachine{Hostname: "n1", MACs: []string{"52:54:00:00:00:01"}, State: "READY",
+		Power: &api.PowerParams{Driver: "fake", Address: "bmc1"}})
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	b.get("/machines/" + m.ID)
+	p := b.follow(b.post("/machines/"+m.ID+"/power", url.Values{"action": {"on"}}))
+	var id string
+	for _, n := range findAll(p.doc, func(n *html.Node) bool { return attrOf(n, "role") == "status" }) {
+		if _, after, ok := strings.Cut(text(n), "(request "); ok {
+			id, _, _ = strings.Cut(after, ")")
+		}
+	}
+	if id == "" {
+		t.Fatalf("no notice naming the request: %v", alerts(p))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var pr api.PowerRequest
+		rg.api(t, rg.admin, "GET", "/api/v1/power/requests/"+id, nil, &pr)
+		if pr.State == "done" || pr.State == "failed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("request %s still %s", id, pr.State)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	page := b.get("/machines/" + m.ID)
+	row := find(page.doc, func(n *html.Node) bool { return n.Data == "tr" && attrOf(n, "id") == "power-"+id })
+	if row == nil || attrOf(row, "data-state") != "done" || !strings.Contains(text(row), "done") {
+		t.Fatalf("the history does not show %s done: %v", id, row)
+	}
+	if obs := find(page.doc, func(n *html.Node) bool { return attrOf(n, "id") == "power-observed" }); obs == nil || !strings.HasPrefix(text(obs), "on") {
+		t.Errorf("observed power is not on after the request")
+	}
+}
