@@ -292,6 +292,9 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 		<-gctx.Done()
 		// Imports are cancelled, not waited for: they roll back.
 		a.imports.Stop()
+		// The web UI's live streams never end by themselves: they are
+		// closed, not waited for.
+		a.ui.Hub().Close()
 		sctx, cancel := context.WithTimeout(context.Background(), time.Duration(a.cfg.API.ShutdownTimeout))
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {

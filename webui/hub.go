@@ -18,6 +18,7 @@ type Hub struct {
 	clients map[*client]struct{}
 	buf     int
 	dropped int
+	closed  bool
 }
 
 type client struct {
@@ -31,9 +32,26 @@ func NewHub(buf int) *Hub { return &Hub{clients: map[*client]struct{}{}, buf: bu
 func (h *Hub) subscribe() *client {
 	c := &client{ch: make(chan []byte, h.buf), gone: make(chan struct{})}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		close(c.gone)
+		return c
+	}
 	h.clients[c] = struct{}{}
-	h.mu.Unlock()
 	return c
+}
+
+// Close ends every stream, and those opened later at once: the server is
+// shutting down, and a stream would hold its shutdown up to the end of its
+// grace period.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for c := range h.clients {
+		delete(h.clients, c)
+		close(c.gone)
+	}
 }
 
 func (h *Hub) unsubscribe(c *client) {
@@ -142,7 +160,8 @@ func (u *UI) serveEvents(w http.ResponseWriter, r *http.Request, s *reqSession) 
 		case <-r.Context().Done():
 			return
 		case <-c.gone:
-			// Dropped as too slow: end the stream; the browser reconnects.
+			// Dropped as too slow (the browser reconnects), or rackd is
+			// shutting down.
 			return
 		case msg := <-c.ch:
 			if _, err := w.Write(msg); err != nil {

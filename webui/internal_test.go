@@ -168,3 +168,21 @@ func FuzzMachineQuery(f *testing.F) {
 		}
 	})
 }
+
+func TestHubClose(t *testing.T) {
+	h := NewHub(4)
+	before := h.subscribe()
+	h.Close()
+	after := h.subscribe()
+	for name, c := range map[string]*client{"open before": before, "opened after": after} {
+		select {
+		case <-c.gone:
+		default:
+			t.Errorf("the stream %s Close is not ended", name)
+		}
+	}
+	h.Event(store.Event{Machine: "m-1"}) // nobody left: no panic, no block
+	if h.Clients() != 0 {
+		t.Errorf("clients %d after Close", h.Clients())
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +37,8 @@ type rig struct {
 	*agent.Agent
 	url   string
 	admin string
+	// stop shuts the agent down (and waits for it); the cleanup does too.
+	stop func()
 }
 
 func start(t *testing.T, tweak ...func(*agent.Config)) *rig {
@@ -67,13 +70,17 @@ func start(t *testing.T, tweak ...func(*agent.Config)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return &rig{Agent: a, url: "http://" + ln.Addr().String(), admin: strings.TrimSpace(string(tok))}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &rig{Agent: a, url: "http://" + ln.Addr().String(), admin: strings.TrimSpace(string(tok)), stop: stop}
 }
 
 // api calls the JSON API with token and decodes a 2xx answer into out.
@@ -981,5 +988,32 @@ func TestPowerRequestFate(t *testing.T) {
 	}
 	if obs := find(page.doc, func(n *html.Node) bool { return attrOf(n, "id") == "power-observed" }); obs == nil || !strings.HasPrefix(text(obs), "on") {
 		t.Errorf("observed power is not on after the request")
+	}
+}
+
+// A shutdown ends the live streams instead of waiting for them to the end
+// of its grace period.
+func TestShutdownEndsStreams(t *testing.T) {
+	rg := start(t, func(c *agent.Config) { c.API.ShutdownTimeout = agent.Duration(5 * time.Minute) })
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	req, _ := http.NewRequest("GET", rg.url+"/events", nil)
+	forever := *b.c
+	forever.Timeout = 0 // the stream is not cut by the client
+	resp, err := forever.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	evs := make(chan sseEvent, 16)
+	go readSSE(t, resp.Body, evs)
+	stopped := make(chan struct{})
+	go func() { rg.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(time.Minute):
+		t.Fatal("rackd did not stop within a minute: the open stream holds the shutdown")
+	}
+	for range evs { // the stream has ended: the reader closes it
 	}
 }
