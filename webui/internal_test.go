@@ -1,9 +1,12 @@
 package webui
 
 import (
+	"math"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +188,69 @@ func TestHubClose(t *testing.T) {
 	if h.Clients() != 0 {
 		t.Errorf("clients %d after Close", h.Clients())
 	}
+}
+
+// The text colours of the stylesheet against the backgrounds they are
+// shown on keep WCAG AA's contrast for normal text (4.5:1).
+func TestContrast(t *testing.T) {
+	css, err := staticFS.ReadFile("static/app.css")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, m := range regexp.MustCompile(`--([a-z-]+):\s*(#[0-9a-f]{6})`).FindAllStringSubmatch(string(css), -1) {
+		vars[m[1]] = m[2]
+	}
+	color := func(s string) string {
+		if v, ok := vars[strings.TrimPrefix(s, "--")]; ok {
+			return v
+		}
+		return s
+	}
+	pairs := []struct{ fg, bg string }{
+		{"--fg", "--bg"}, {"--fg", "--card"}, {"--muted", "--card"}, {"--muted", "--bg"}, {"--accent", "--card"},
+		{"--accent-fg", "--accent"}, {"--danger", "--card"}, {"--ok", "--card"}, {"--warn", "--card"},
+		{"--danger", "#fde8e8"}, {"--ok", "#e6f4ea"}, {"#ffffff", "#14213d"}, {"#ffffff", "#2d4a7c"},
+		{"--accent-fg", "--danger"}, {"--fg", "#eef1f5"}, {"--accent", "#f3f6fa"}, {"--muted", "#f3f6fa"},
+	}
+	// The formula itself: black on white is 21:1, #777 on white just
+	// under 4.5:1.
+	if r := contrast("#000000", "#ffffff"); math.Abs(r-21) > 0.01 {
+		t.Fatalf("contrast(black, white) = %.2f", r)
+	}
+	if r := contrast("#777777", "#ffffff"); r >= 4.5 || r < 4.4 {
+		t.Fatalf("contrast(#777, white) = %.2f", r)
+	}
+	for _, p := range pairs {
+		fg, bg := color(p.fg), color(p.bg)
+		if !strings.HasPrefix(fg, "#") || !strings.HasPrefix(bg, "#") {
+			t.Fatalf("%s on %s: no such colour in app.css", p.fg, p.bg)
+		}
+		if r := contrast(fg, bg); r < 4.5 {
+			t.Errorf("%s (%s) on %s (%s): contrast %.2f, want at least 4.5", p.fg, fg, p.bg, bg, r)
+		}
+	}
+}
+
+// contrast is the WCAG 2 contrast ratio of two #rrggbb colours.
+func contrast(a, b string) float64 {
+	lum := func(hex string) float64 {
+		var rgb [3]float64
+		for i := range rgb {
+			v, _ := strconv.ParseUint(hex[1+2*i:3+2*i], 16, 8)
+			c := float64(v) / 255
+			if c <= 0.03928 {
+				c /= 12.92
+			} else {
+				c = math.Pow((c+0.055)/1.055, 2.4)
+			}
+			rgb[i] = c
+		}
+		return 0.2126*rgb[0] + 0.7152*rgb[1] + 0.0722*rgb[2]
+	}
+	la, lb := lum(a), lum(b)
+	if la < lb {
+		la, lb = lb, la
+	}
+	return (la + 0.05) / (lb + 0.05)
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -432,6 +433,36 @@ func TestSessionCookieAttributes(t *testing.T) {
 				t.Errorf("cookie expires in %s, want between %s and %s", left, tc.minAge, tc.maxAge)
 			}
 		})
+	}
+}
+
+// Over TLS the session cookie is Secure.
+func TestSessionCookieSecureOverTLS(t *testing.T) {
+	rg := start(t)
+	srv := httptest.NewTLSServer(rg.Handler())
+	defer srv.Close()
+	b := rg.browser(t)
+	b.base = srv.URL
+	tr := srv.Client().Transport
+	b.c.Transport = tr
+	p := b.login(rg.admin)
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("login over TLS: %d %s", p.status, p.body)
+	}
+	var found bool
+	for _, c := range (&http.Response{Header: p.header}).Cookies() {
+		if c.Name == "rackd_session" {
+			found = true
+			if !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
+				t.Errorf("cookie over TLS %+v: want Secure, HttpOnly, SameSite=Strict", c)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no session cookie")
+	}
+	if d := b.get("/"); d.status != http.StatusOK {
+		t.Errorf("the dashboard over TLS: %d", d.status)
 	}
 }
 
