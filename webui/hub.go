@@ -79,6 +79,9 @@ func (h *Hub) Dropped() int {
 
 // publish sends one Server-Sent Event (kind, JSON data) to every client.
 func (h *Hub) publish(kind string, v any) {
+	if h.Clients() == 0 {
+		return // nobody watches: not even the encoding
+	}
 	data, err := json.Marshal(v)
 	if err != nil {
 		return
