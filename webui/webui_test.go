@@ -491,13 +491,13 @@ func TestRevokedTokenEndsSession(t *testing.T) {
 func TestExpiredTokenEndsSession(t *testing.T) {
 	rg := start(t)
 	var tk api.Token
-	if st := rg.api(t, rg.admin, "POST", "/api/v1/tokens", api.CreateToken{Name: "brief", Expires: "2s"}, &tk); st != http.StatusCreated {
+	if st := rg.api(t, rg.admin, "POST", "/api/v1/tokens", api.CreateToken{Name: "brief", Expires: "5s"}, &tk); st != http.StatusCreated {
 		t.Fatalf("create token: %d", st)
 	}
 	b := rg.browser(t)
 	b.mustLogin(tk.Token)
 	// Wait (bounded) until the API itself no longer takes the token.
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for rg.api(t, tk.Token, "GET", "/api/v1/version", nil, nil) != http.StatusUnauthorized {
 		if time.Now().After(deadline) {
 			t.Fatal("the token did not expire")
@@ -918,7 +918,7 @@ func readSSE(t *testing.T, body io.Reader, out chan<- sseEvent) {
 
 func TestSSEDeliversStateChange(t *testing.T) {
 	// A short read timeout: the stream must outlive it.
-	const readTimeout = 300 * time.Millisecond
+	const readTimeout = time.Second
 	rg := start(t, func(c *agent.Config) { c.API.ReadTimeout = agent.Duration(readTimeout) })
 	m := rg.addMachine(t, api.CreateMachine{Hostname: "n1", MACs: []string{"52:54:00:00:00:01"},
 		Power: &api.PowerParams{Driver: "fake", Address: "bmc1"}})
@@ -943,7 +943,7 @@ func TestSSEDeliversStateChange(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// Past the server's read timeout, the same stream still delivers.
-	time.Sleep(3 * readTimeout)
+	time.Sleep(2 * readTimeout)
 	if st := rg.api(t, rg.admin, "POST", "/api/v1/machines/"+m.ID+"/commission", nil, nil); st != http.StatusOK {
 		t.Fatalf("commission: %d", st)
 	}
