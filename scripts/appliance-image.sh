@@ -183,16 +183,40 @@ while [ ${#queue[@]} -gt 0 ]; do
 done
 step "  mke2fs $(dpkg-deb -f "$(ls "$cache"/debs/e2fsprogs_*.deb | tail -n1)" Version), libraries: ${!seen[*]}"
 
-# 4. The appliance's initramfs: scripts/initramfs.sh with its knobs; kept
-# while built from the same sources and files, unless APPLIANCE_REBUILD=1
-# (make appliance-image-check rebuilds it, to compare two builds).
+# 4. The appliance's initramfs, in two parts. The base (scripts/initramfs.sh
+# with its knobs: u-root, rackd-init, the modules, mke2fs) is kept in
+# build/appliance-initramfs/ while built from the same sources and files,
+# unless APPLIANCE_REBUILD=1 (make appliance-image-check rebuilds it, to
+# compare two builds); it holds no rackd, so builds that differ only in
+# rackd (another version, another package) share it. The second part is a
+# cpio archive of /bin/rackd alone, appended: the kernel unpacks
+# concatenated archives in turn.
 stale=--if-stale
 [ "${APPLIANCE_REBUILD:-}" = 1 ] && stale=
-step "the appliance's initramfs ($init_pkg as /bin/rackd-init)"
-OUT=$out/initramfs KERNEL_DIR=build/initramfs/kernel ENLIST_PKG=$init_pkg UINIT_NAME=rackd-init \
+base=build/appliance-initramfs/$(printf '%s' "$init_pkg" | sha256sum | cut -c1-12)
+step "the appliance's initramfs ($init_pkg as /bin/rackd-init; base in $base)"
+OUT=$base KERNEL_DIR=build/initramfs/kernel ENLIST_PKG=$init_pkg UINIT_NAME=rackd-init \
 	IMAGE_NAME=rackd-appliance MODULES_FILE=initramfs/appliance-modules.txt MODULES_DEST=etc/rackd/modules \
-	EXTRA_FILES="$work/rackd:bin/rackd $stage/sbin/mke2fs:sbin/mke2fs $stage/etc/mke2fs.conf:etc/mke2fs.conf $stage/lib/x86_64-linux-gnu:lib/x86_64-linux-gnu $stage/lib64/ld-linux-x86-64.so.2:lib64/ld-linux-x86-64.so.2" \
+	EXTRA_FILES="$stage/sbin/mke2fs:sbin/mke2fs $stage/etc/mke2fs.conf:etc/mke2fs.conf $stage/lib/x86_64-linux-gnu:lib/x86_64-linux-gnu $stage/lib64/ld-linux-x86-64.so.2:lib64/ld-linux-x86-64.so.2" \
 	bash scripts/initramfs.sh $stale | sed -u 's/^/  /'
+# newc_entry NAME MODE SIZE [FILE]: one entry of a cpio archive in the
+# "newc" format the kernel unpacks (a header of hexadecimal fields, the
+# name, the data, each padded to 4 bytes), owned by root, time 0.
+newc_entry() {
+	local name=$1 mode=$2 size=$3 file=${4:-} namesize=$((${#1} + 1))
+	printf '070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X' \
+		1 "$mode" 0 0 1 0 "$size" 0 0 0 0 "$namesize" 0
+	printf '%s\0' "$name"
+	head -c $(((4 - (110 + namesize) % 4) % 4)) /dev/zero
+	if [ -n "$file" ]; then
+		cat "$file"
+		head -c $(((4 - size % 4) % 4)) /dev/zero
+	fi
+}
+{
+	newc_entry bin/rackd $((0100755)) "$(stat -c %s "$work/rackd")" "$work/rackd"
+	newc_entry 'TRAILER!!!' 0 0
+} >"$work/rackd.cpio"
 step "the enlistment image (make initramfs, when stale) and the bootloaders"
 bash scripts/initramfs.sh --if-stale | sed -u 's/^/  /'
 bash scripts/bootloaders.sh --image --cache build/bootloaders-cache "$work/bootloaders" | sed -u 's/^/  /'
@@ -201,12 +225,12 @@ bash scripts/bootloaders.sh --image --cache build/bootloaders-cache "$work/bootl
 step "the slot (squashfs)"
 slot=$work/slot
 mkdir -p "$slot/images/enlist-amd64" "$slot/images/bootloaders"
-install -m 0644 "$out/initramfs/image/vmlinuz" "$slot/vmlinuz"
+install -m 0644 "$base/image/vmlinuz" "$slot/vmlinuz"
 # The initramfs goes into the slot as zstd rather than gzip: smaller for
 # GRUB to read and several times faster for the kernel to unpack, which is
 # seconds of every boot on a slow CPU (one thread: the same bytes each build;
 # level 9: -19 is 1.5 MiB smaller and takes minutes).
-gzip -dc "$out/initramfs/image/initramfs.cpio.gz" | zstd -q -9 -T1 -o "$slot/initrd.img"
+cat "$base/initramfs.cpio" "$work/rackd.cpio" | zstd -q -9 -T1 -o "$slot/initrd.img"
 chmod 0644 "$slot/initrd.img"
 install -m 0644 "$pub" "$slot/bundle.pub"
 printf '{"version": "%s", "build": %s, "arch": "amd64"}\n' "$version" "$build" >"$slot/manifest.json"

@@ -17,8 +17,8 @@
 // succeeds.
 //
 // The images are built by scripts/appliance-image.sh into
-// build/e2e-appliance/ (the initramfs of each is kept while its sources do
-// not change, so a second run builds in a minute or two). The tests need
+// build/e2e-appliance/ (they share one base initramfs, kept while its
+// sources do not change: a build then takes about a minute). The tests need
 // root, QEMU, OVMF, dnsmasq and the image build's tools
 // (scripts/test-deps.sh installs them all); without root they skip. QEMU
 // runs under TCG unless RACKD_E2E_ACCEL=kvm. Timings are logged, never
