@@ -193,9 +193,9 @@ step "  mke2fs $(dpkg-deb -f "$(ls "$cache"/debs/e2fsprogs_*.deb | tail -n1)" Ve
 # concatenated archives in turn.
 stale=--if-stale
 [ "${APPLIANCE_REBUILD:-}" = 1 ] && stale=
-base=build/appliance-initramfs/$(printf '%s' "$init_pkg" | sha256sum | cut -c1-12)
-step "the appliance's initramfs ($init_pkg as /bin/rackd-init; base in $base)"
-OUT=$base KERNEL_DIR=build/initramfs/kernel ENLIST_PKG=$init_pkg UINIT_NAME=rackd-init \
+initrd_base=build/appliance-initramfs/$(printf '%s' "$init_pkg" | sha256sum | cut -c1-12)
+step "the appliance's initramfs ($init_pkg as /bin/rackd-init; base in $initrd_base)"
+OUT=$initrd_base KERNEL_DIR=build/initramfs/kernel ENLIST_PKG=$init_pkg UINIT_NAME=rackd-init \
 	IMAGE_NAME=rackd-appliance MODULES_FILE=initramfs/appliance-modules.txt MODULES_DEST=etc/rackd/modules \
 	EXTRA_FILES="$stage/sbin/mke2fs:sbin/mke2fs $stage/etc/mke2fs.conf:etc/mke2fs.conf $stage/lib/x86_64-linux-gnu:lib/x86_64-linux-gnu $stage/lib64/ld-linux-x86-64.so.2:lib64/ld-linux-x86-64.so.2" \
 	bash scripts/initramfs.sh $stale | sed -u 's/^/  /'
@@ -225,12 +225,12 @@ bash scripts/bootloaders.sh --image --cache build/bootloaders-cache "$work/bootl
 step "the slot (squashfs)"
 slot=$work/slot
 mkdir -p "$slot/images/enlist-amd64" "$slot/images/bootloaders"
-install -m 0644 "$base/image/vmlinuz" "$slot/vmlinuz"
+install -m 0644 "$initrd_base/image/vmlinuz" "$slot/vmlinuz"
 # The initramfs goes into the slot as zstd rather than gzip: smaller for
 # GRUB to read and several times faster for the kernel to unpack, which is
 # seconds of every boot on a slow CPU (one thread: the same bytes each build;
 # level 9: -19 is 1.5 MiB smaller and takes minutes).
-cat "$base/initramfs.cpio" "$work/rackd.cpio" | zstd -q -9 -T1 -o "$slot/initrd.img"
+cat "$initrd_base/initramfs.cpio" "$work/rackd.cpio" | zstd -q -9 -T1 -o "$slot/initrd.img"
 chmod 0644 "$slot/initrd.img"
 install -m 0644 "$pub" "$slot/bundle.pub"
 printf '{"version": "%s", "build": %s, "arch": "amd64"}\n' "$version" "$build" >"$slot/manifest.json"
