@@ -169,6 +169,7 @@ func (s *Server) readBatched(ctx context.Context, c Conn) (bool, error) {
 	}
 	in := newRecvBatch()
 	out := &outbox{s: s, c: c, sock: bs}
+	var y yielder
 	for {
 		if err := bs.recvMany(in); err != nil {
 			if ctx.Err() != nil {
@@ -177,6 +178,7 @@ func (s *Server) readBatched(ctx context.Context, c Conn) (bool, error) {
 			return true, fmt.Errorf("dhcp: read on %s %v: %w", c.In.Name, c.In.Addr, err)
 		}
 		at := time.Now()
+		y.maybe(at)
 		for i := range in.n {
 			if in.trunc[i] {
 				s.m.received.WithLabelValues(typeInvalid).Inc()
