@@ -69,6 +69,12 @@ func (d dhcpLeases) AckAsync(ctx context.Context, r dhcp.Request, done func(dhcp
 	})
 }
 
+var _ dhcp.GroupAcker = dhcpLeases{}
+
+// OnGroupEnd implements dhcp.GroupAcker: the store answers AckAsync from its
+// group commits, and end runs once a commit has answered them all.
+func (d dhcpLeases) OnGroupEnd(end func()) { d.s.OnAnswered(end) }
+
 func (d dhcpLeases) Release(ctx context.Context, mac net.HardwareAddr, ip netip.Addr) error {
 	return d.s.DHCPRelease(ctx, mac.String(), ip)
 }

@@ -1055,3 +1055,64 @@ func TestMACIndexSameBatch(t *testing.T) {
 		t.Fatalf("the dropped lease is still there: %+v", leases[addr("10.0.0.101")])
 	}
 }
+
+// TestOnAnswered: the function registered runs on the committer after the
+// commit has called back every asynchronous lease it holds, so that what
+// the callbacks held back can go out at once; nil removes it.
+func TestOnAnswered(t *testing.T) {
+	const n = 4
+	s, _ := newIPAM(t, []store.Subnet{lab()}, func(o *store.Options) {
+		o.IPAM.LeaseCommitDelay = time.Hour // the leases below share a commit
+		o.IPAM.LeaseCommitBatch = n
+	})
+	var mu sync.Mutex
+	var seen []string
+	note := func(what string) {
+		mu.Lock()
+		seen = append(seen, what)
+		mu.Unlock()
+	}
+	ended := make(chan struct{}, 16)
+	s.OnAnswered(func() { note("end"); ended <- struct{}{} })
+	for i := range n {
+		req := store.LeaseRequest{MAC: fmt.Sprintf("02:00:00:00:02:%02x", i), Link: link, IP: addr(fmt.Sprintf("10.0.0.%d", 100+i))}
+		if err := s.DHCPAckAsync(bg, req, func(_ store.Grant, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			note("done")
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		mu.Lock()
+		got := append([]string(nil), seen...)
+		mu.Unlock()
+		dones := 0
+		for _, w := range got {
+			if w == "done" {
+				dones++
+			}
+		}
+		if dones == n && got[len(got)-1] == "end" {
+			break
+		}
+		select {
+		case <-ended:
+		case <-deadline:
+			t.Fatalf("after %d callbacks the commit did not end with the function registered: %v", dones, got)
+		}
+	}
+	s.OnAnswered(nil)
+	for len(ended) > 0 {
+		<-ended
+	}
+	if err := s.DHCPRelease(bg, "02:00:00:00:02:00", addr("10.0.0.100")); err != nil {
+		t.Fatal(err)
+	}
+	if len(ended) != 0 {
+		t.Error("the function removed still ran after a commit")
+	}
+}

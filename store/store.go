@@ -261,6 +261,9 @@ type Store struct {
 	// eventNotify is told about every machine event once it is committed
 	// (OnEvent).
 	eventNotify atomic.Pointer[func(Event)]
+	// answered is called after each commit has answered its operations
+	// (OnAnswered).
+	answered atomic.Pointer[func()]
 	// credKey is Options.CredentialKey (or a random one).
 	credKey []byte
 	// tokens is what is kept in memory about API tokens (tokens.go).
@@ -776,8 +779,27 @@ var errReplay = errors.New("store: operation failed after writing; replaying alo
 // errNothingWritten rolls back a batch that changed nothing.
 var errNothingWritten = errors.New("store: nothing written")
 
+// OnAnswered registers fn, called on the committer's goroutine once each
+// commit has answered all its operations (called the then of every
+// asynchronous one): a caller that answers its own clients from then (the
+// DHCP server's ACKs) can hold what it sends there and send it all in fn,
+// in one system call. fn must be quick and must not block. It replaces the
+// function registered before; nil removes it.
+func (s *Store) OnAnswered(fn func()) {
+	if fn == nil {
+		s.answered.Store(nil)
+		return
+	}
+	s.answered.Store(&fn)
+}
+
 // commit runs batch in one transaction and answers every op after the commit.
 func (s *Store) commit(batch []*op) {
+	defer func() {
+		if fn := s.answered.Load(); fn != nil {
+			(*fn)()
+		}
+	}()
 	start := time.Now()
 	results := make([]error, len(batch))
 	wrote := false

@@ -92,6 +92,7 @@ func (s *udpSocket) recvMany(b *recvBatch) error {
 type sendBatch struct {
 	n     int
 	pkts  [batchSize][]byte
+	dsts  [batchSize]*net.UDPAddr
 	names [batchSize]unix.RawSockaddrInet4
 	iovs  [batchSize]unix.Iovec
 	msgs  [batchSize]mmsghdr
@@ -114,6 +115,7 @@ func (b *sendBatch) add(reply *dhcpv4.DHCPv4, dst *net.UDPAddr) error {
 	p := (*[2]byte)(unsafe.Pointer(&name.Port))
 	p[0], p[1] = byte(dst.Port>>8), byte(dst.Port)
 	copy(name.Addr[:], ip4)
+	b.dsts[i] = dst
 	b.n++
 	return nil
 }
@@ -193,12 +195,21 @@ func (s *Server) readBatched(ctx context.Context, c Conn) (bool, error) {
 }
 
 // outbox collects the replies a reader sends itself while it serves one
-// batch of datagrams.
+// batch of datagrams, or the ACKs of one group (ackGroup).
 type outbox struct {
-	s    *Server
-	c    Conn
+	s *Server
+	c Conn
+	// sock sends a batch in one call; nil: c.PC sends them one by one.
 	sock batchSocket
 	b    sendBatch
+}
+
+// newOutbox returns an outbox for c: sent in batches if its socket can, one
+// by one otherwise.
+func newOutbox(s *Server, c Conn) *outbox {
+	o := &outbox{s: s, c: c}
+	o.sock, _ = c.PC.(batchSocket)
+	return o
 }
 
 // add queues reply for dst, sending what is queued first when the batch is
@@ -217,7 +228,18 @@ func (o *outbox) flush(ctx context.Context) {
 		return
 	}
 	n := o.b.n
-	if err := o.sock.sendMany(&o.b); err != nil && ctx.Err() == nil {
+	var err error
+	if o.sock != nil {
+		err = o.sock.sendMany(&o.b)
+	} else {
+		for i := range n {
+			if _, err = o.c.PC.WriteTo(o.b.pkts[i], o.b.dsts[i]); err != nil {
+				break
+			}
+		}
+		o.b.n = 0
+	}
+	if err != nil && ctx.Err() == nil {
 		o.s.log.Warn("dhcp: send replies", "interface", o.c.In.Name, "replies", n, "err", err)
 	}
 }

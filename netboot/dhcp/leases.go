@@ -44,6 +44,18 @@ type AsyncAcker interface {
 	AckAsync(ctx context.Context, req Request, done func(Lease, error)) error
 }
 
+// GroupAcker is an AsyncAcker that completes requests in groups (those one
+// durable commit holds): it calls done for each request of a group in turn,
+// from one goroutine, one group at a time, and then the function given to
+// OnGroupEnd. The server holds the ACKs of a group and sends them together
+// once it ends: one system call for a batch of them rather than one each,
+// and no ACK leaves before its lease is durable. OnGroupEnd replaces the
+// function given before.
+type GroupAcker interface {
+	AsyncAcker
+	OnGroupEnd(end func())
+}
+
 // Request is one client's ask.
 type Request struct {
 	MAC net.HardwareAddr

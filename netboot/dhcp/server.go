@@ -100,6 +100,9 @@ type Server struct {
 	acks    sync.WaitGroup
 	// conns are the sockets served, for their kernel drop counters.
 	conns atomic.Pointer[[]Conn]
+	// group holds the ACKs of the current group when the Leases is a
+	// GroupAcker (endGroup sends them).
+	group ackGroup
 	// bound are the names of the interfaces served while ServeConns runs
 	// (Bound).
 	bound atomic.Pointer[[]string]
@@ -174,6 +177,10 @@ func New(cfg Config, leases Leases, prober Prober, boot netboot.BootConfig, log 
 	}
 	s := &Server{cfg: cfg, log: log, jobs: make(chan job, cfg.QueueSize)}
 	s.async, _ = leases.(AsyncAcker)
+	if g, ok := leases.(GroupAcker); ok {
+		s.group.on = true
+		g.OnGroupEnd(s.endGroup)
+	}
 	s.pending = make(chan struct{}, cfg.Workers+cfg.QueueSize)
 	m, err := newMetrics(reg, func() float64 { return float64(len(s.jobs)) }, s.socketDrops)
 	if err != nil {
@@ -234,6 +241,7 @@ func (s *Server) ServeConns(ctx context.Context, conns []Conn) error {
 		s.log.Info("dhcp: serving", "interface", c.In.Name, "addr", c.In.Addr, "local", c.PC.LocalAddr())
 	}
 	s.conns.Store(&conns)
+	s.group.serve(ctx, s, conns)
 	names := make([]string, 0, len(conns))
 	for _, c := range conns {
 		names = append(names, c.In.Name)
@@ -380,6 +388,10 @@ func (s *Server) packet(ctx context.Context, c Conn, pkt []byte, at time.Time, o
 		}
 		s.acks.Add(1)
 		err := s.h.requestAsync(ctx, req, c.In, s.async, func(reply *dhcpv4.DHCPv4, err error) {
+			if s.group.on {
+				s.group.add(ctx, s, j, reply, err) // sent, and done, at endGroup
+				return
+			}
 			s.finish(ctx, j, reply, err)
 			<-s.pending
 			s.acks.Done()
@@ -402,6 +414,59 @@ func (s *Server) packet(ctx context.Context, c Conn, pkt []byte, at time.Time, o
 	default:
 		s.m.drop(reasonQueueFull)
 	}
+}
+
+// ackGroup is the ACKs completed in the current group of a GroupAcker,
+// queued per socket until the group ends.
+type ackGroup struct {
+	on  bool // the Leases is a GroupAcker
+	mu  sync.Mutex
+	ctx context.Context
+	// boxes has an outbox per socket served (set by serve); nil where
+	// there are none (replies sent at once).
+	boxes map[net.PacketConn]*outbox
+	// n is the completions queued since the last end: their pending slot
+	// and acks count are released once their replies are sent.
+	n int
+}
+
+// serve sets up the outboxes of conns, before their readers start.
+func (g *ackGroup) serve(ctx context.Context, s *Server, conns []Conn) {
+	if !g.on {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ctx = ctx
+	g.boxes = make(map[net.PacketConn]*outbox, len(conns))
+	for _, c := range conns {
+		g.boxes[c.PC] = newOutbox(s, c)
+	}
+}
+
+// add queues the reply to a completed request (or accounts for why there
+// is none) until the group ends.
+func (g *ackGroup) add(ctx context.Context, s *Server, j job, reply *dhcpv4.DHCPv4, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s.finishTo(ctx, j, reply, err, g.boxes[j.conn.PC])
+	g.n++
+}
+
+// endGroup sends the ACKs of the group that ended; only then are their
+// requests done (ServeConns waits for them).
+func (s *Server) endGroup() {
+	g := &s.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, o := range g.boxes {
+		o.flush(g.ctx)
+	}
+	for range g.n {
+		<-s.pending
+		s.acks.Done()
+	}
+	g.n = 0
 }
 
 // handle runs the handler on a request that may wait, and sends the reply.

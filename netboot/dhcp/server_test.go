@@ -409,3 +409,94 @@ func TestServerBound(t *testing.T) {
 		t.Fatalf("bound after serving: %v", b)
 	}
 }
+
+// groupLeases completes asynchronous ACKs in groups, as the store's group
+// commit does: the test completes the queued ones from one goroutine, then
+// ends the group.
+type groupLeases struct {
+	*dhcptest.MemLeases
+	mu    sync.Mutex
+	queue []func()
+	end   func()
+}
+
+func (g *groupLeases) AckAsync(ctx context.Context, r dhcp.Request, done func(dhcp.Lease, error)) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.queue = append(g.queue, func() { done(g.Ack(ctx, r)) })
+	return nil
+}
+
+func (g *groupLeases) OnGroupEnd(end func()) { g.end = end }
+
+// complete runs the completions queued so far, as one group, without ending it.
+func (g *groupLeases) complete() int {
+	g.mu.Lock()
+	q := g.queue
+	g.queue = nil
+	g.mu.Unlock()
+	for _, f := range q {
+		f()
+	}
+	return len(q)
+}
+
+// TestServerGroupAcks: the ACKs of a group leave only once the group ends,
+// all of them, each to its client; a server told to stop waits for the
+// group to end before it returns, and has then sent and counted them.
+func TestServerGroupAcks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		leases := &groupLeases{MemLeases: dhcptest.New(subnets()...)}
+		reg := prometheus.NewPedanticRegistry()
+		srv, err := dhcp.New(dhcp.Config{Workers: 1}, leases, nil, bootCfg, nil, reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leases.end == nil {
+			t.Fatal("the server did not ask to be told when a group ends")
+		}
+		conn := newMemConn()
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- srv.ServeConns(ctx, []dhcp.Conn{{PC: conn, In: eth0}}) }()
+		xids := map[dhcpv4.TransactionID]net.HardwareAddr{}
+		for i, mac := range []net.HardwareAddr{mac1, mac2} {
+			req := request(t, mac, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, byte(100+i)))))
+			xids[req.TransactionID] = mac
+			conn.in <- req.ToBytes()
+		}
+		synctest.Wait() // both requests are taken and wait on their commit
+		if n := leases.complete(); n != 2 {
+			t.Fatalf("%d completions queued, want 2", n)
+		}
+		if len(conn.out) != 0 {
+			t.Fatalf("%d ACKs sent before their group ended", len(conn.out))
+		}
+		cancel()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("ServeConns returned (%v) before the group of its ACKs ended", err)
+		default:
+		}
+		leases.end()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			select {
+			case got := <-conn.out:
+				mac, ok := xids[got.msg.TransactionID]
+				if got.msg.MessageType() != dhcpv4.MessageTypeAck || !ok || got.msg.ClientHWAddr.String() != mac.String() {
+					t.Errorf("sent %v xid %v to %v, want an ACK to one of the requests", got.msg.MessageType(), got.msg.TransactionID, got.msg.ClientHWAddr)
+				}
+				delete(xids, got.msg.TransactionID)
+			default:
+				t.Fatalf("ACKs not sent after their group ended: %d missing", len(xids))
+			}
+		}
+		if got := counter(t, reg, "rackd_dhcp_replies_total", "type", "request", "outcome", "ack"); got != 2 {
+			t.Errorf("rackd_dhcp_replies_total[request ack] = %v, want 2", got)
+		}
+	})
+}
