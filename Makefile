@@ -39,8 +39,9 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-# -race needs cgo; the shipped binary does not. The Debian deploy tests run
-# in a second go test beside the first (scripts/test-unit.sh says why).
+# -race needs cgo; the shipped binary does not. The Debian deploy tests and
+# the appliance image's tests run in go tests of their own beside the first
+# (scripts/test-unit.sh says why).
 unit:
 	@GO=$(GO) bash scripts/test-unit.sh
 

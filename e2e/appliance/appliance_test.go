@@ -427,13 +427,13 @@ func waitChanged(t *testing.T, file string, p partition, was string, d time.Dura
 }
 
 // requireApplianceE2E skips the appliance's real-VM tests unless
-// RACKD_E2E_APPLIANCE is set (make e2e-appliance sets it): they build three
-// appliance images (a quarter hour on a loaded two-core machine) and boot
-// them many times under TCG, more than make test's budget has left beside
-// the other real-VM tests.
+// RACKD_E2E_APPLIANCE is set (make e2e-appliance sets it, and make test for
+// its run beside the suite): they build three appliance images and boot
+// them many times under TCG, which the main go test ./... run must not
+// wait on.
 func requireApplianceE2E(t *testing.T) {
 	t.Helper()
 	if os.Getenv("RACKD_E2E_APPLIANCE") == "" {
-		t.Skip("builds and boots the appliance image (20+ minutes under TCG): make e2e-appliance runs it (RACKD_E2E_APPLIANCE=1)")
+		t.Skip("builds and boots the appliance image (20+ minutes under TCG): make e2e-appliance and make test run it beside the suite (RACKD_E2E_APPLIANCE=1)")
 	}
 }
