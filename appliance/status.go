@@ -185,3 +185,28 @@ func RecordTrialFailed(s Status, booted Slot, why string, now time.Time) Status 
 	u.Result, u.Reason, u.Finished = ResultFailed, why, now
 	return s
 }
+
+// UpdateStatus changes the status file under an exclusive lock (a file
+// beside it, path+".lock"): it reads the file, lets change edit what it
+// read, and saves the result. The appliance's init and rackd both write the
+// file (a boot's outcome and a trial's verdict; an update's progress): each
+// edits the latest content instead of saving a copy it read earlier over
+// the other's change. A change that fails leaves the file as it was.
+func UpdateStatus(path string, change func(*Status) error) (Status, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return Status{}, err
+	}
+	unlock, err := lockFile(path + ".lock")
+	if err != nil {
+		return Status{}, fmt.Errorf("lock %s: %w", path, err)
+	}
+	defer unlock()
+	st, err := LoadStatus(path)
+	if err != nil {
+		return Status{}, err
+	}
+	if err := change(&st); err != nil {
+		return st, err
+	}
+	return st, SaveStatus(path, st)
+}

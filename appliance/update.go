@@ -86,18 +86,27 @@ func Update(ctx context.Context, r io.Reader, desc Descriptor, opt UpdateOptions
 	}
 	target := desc.Inactive()
 	started := now()
+	// Every change of the status file edits its latest content (the
+	// appliance's init writes it too), never the copy read above.
+	record := func(change func(*Status)) error {
+		var err error
+		st, err = UpdateStatus(desc.StatusFile, func(s *Status) error { change(s); return nil })
+		return err
+	}
 	refuse := func(m *Manifest, err error) (Status, error) {
 		log.Warn("appliance update refused", "err", err)
-		// An armed update waiting for its reboot keeps its record.
-		if st.LastUpdate == nil || st.LastUpdate.Result != ResultArmed {
+		if serr := record(func(s *Status) {
+			// An armed update waiting for its reboot keeps its record.
+			if s.LastUpdate != nil && s.LastUpdate.Result == ResultArmed {
+				return
+			}
 			u := &UpdateRecord{Slot: target, Started: started, Finished: now(), Result: ResultRefused, Reason: err.Error()}
 			if m != nil {
 				u.Version, u.Build = m.Version, m.Build
 			}
-			st.LastUpdate = u
-			if serr := SaveStatus(desc.StatusFile, st); serr != nil {
-				err = errors.Join(err, fmt.Errorf("save appliance status: %w", serr))
-			}
+			s.LastUpdate = u
+		}); serr != nil {
+			err = errors.Join(err, fmt.Errorf("save appliance status: %w", serr))
 		}
 		return st, err
 	}
@@ -154,11 +163,20 @@ func Update(ctx context.Context, r io.Reader, desc Descriptor, opt UpdateOptions
 			return st, fmt.Errorf("disarm the pending try: %w", err)
 		}
 	}
-	st.SetSlot(target, SlotStatus{State: StateEmpty})
-	st.LastUpdate = &UpdateRecord{Version: m.Version, Build: m.Build, Slot: target, Started: started, Result: ResultFailed,
-		Reason: fmt.Sprintf("interrupted while writing slot %s (rackd stopped or the power was cut)", target)}
-	if err := SaveStatus(desc.StatusFile, st); err != nil {
+	if err := record(func(s *Status) {
+		s.SetSlot(target, SlotStatus{State: StateEmpty})
+		s.LastUpdate = &UpdateRecord{Version: m.Version, Build: m.Build, Slot: target, Started: started, Result: ResultFailed,
+			Reason: fmt.Sprintf("interrupted while writing slot %s (rackd stopped or the power was cut)", target)}
+	}); err != nil {
 		return st, fmt.Errorf("save appliance status: %w", err)
+	}
+	// This update's record, as written: each later step edits it in the
+	// file's latest content.
+	mine := func(s *Status) *UpdateRecord {
+		if s.LastUpdate == nil {
+			s.LastUpdate = &UpdateRecord{Version: m.Version, Build: m.Build, Slot: target, Started: started}
+		}
+		return s.LastUpdate
 	}
 	log.Info("appliance update: writing", "slot", target, "device", dev, "version", m.Version, "build", m.Build, "bytes", m.PayloadSize)
 
@@ -167,9 +185,11 @@ func Update(ctx context.Context, r io.Reader, desc Descriptor, opt UpdateOptions
 		if werr := wipe(dev, size); werr != nil {
 			err = errors.Join(err, fmt.Errorf("wipe slot %s: %w", target, werr))
 		}
-		st.SetSlot(target, SlotStatus{State: StateEmpty})
-		st.LastUpdate.Finished, st.LastUpdate.Reason = now(), err.Error()
-		if serr := SaveStatus(desc.StatusFile, st); serr != nil {
+		if serr := record(func(s *Status) {
+			s.SetSlot(target, SlotStatus{State: StateEmpty})
+			u := mine(s)
+			u.Finished, u.Result, u.Reason = now(), ResultFailed, err.Error()
+		}); serr != nil {
 			err = errors.Join(err, fmt.Errorf("save appliance status: %w", serr))
 		}
 		return st, err
@@ -183,9 +203,11 @@ func Update(ctx context.Context, r io.Reader, desc Descriptor, opt UpdateOptions
 	}); err != nil {
 		return fail(fmt.Errorf("arm the GRUB environment: %w", err))
 	}
-	st.SetSlot(target, SlotStatus{Version: m.Version, Build: m.Build, State: StateTrying})
-	st.LastUpdate.Finished, st.LastUpdate.Result, st.LastUpdate.Reason = now(), ResultArmed, ""
-	if err := SaveStatus(desc.StatusFile, st); err != nil {
+	if err := record(func(s *Status) {
+		s.SetSlot(target, SlotStatus{Version: m.Version, Build: m.Build, State: StateTrying})
+		u := mine(s)
+		u.Finished, u.Result, u.Reason = now(), ResultArmed, ""
+	}); err != nil {
 		// Armed all the same: the next boot tries the slot.
 		return st, fmt.Errorf("update armed, but saving the appliance status failed: %w", err)
 	}

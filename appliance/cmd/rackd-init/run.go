@@ -539,13 +539,17 @@ func (s *initState) afterBoot() appliance.BootOutcome {
 		}
 	}
 	statusPath := s.data.Path(boot.StatusFile)
-	st, err := appliance.LoadStatus(statusPath)
-	if err != nil {
+	if _, err := appliance.LoadStatus(statusPath); err != nil {
 		s.say("status file: %v (starting a new one)", err)
-		st = appliance.Status{}
+		if err := appliance.SaveStatus(statusPath, appliance.Status{}); err != nil {
+			s.say("status file: %v", err)
+		}
 	}
-	st = appliance.RecordBoot(st, s.booted, s.version, s.build, outcome, failed, time.Now().UTC())
-	if err := appliance.SaveStatus(statusPath, st); err != nil {
+	st, err := appliance.UpdateStatus(statusPath, func(st *appliance.Status) error {
+		*st = appliance.RecordBoot(*st, s.booted, s.version, s.build, outcome, failed, time.Now().UTC())
+		return nil
+	})
+	if err != nil {
 		s.say("status file: %v", err)
 	}
 	switch outcome {
@@ -645,13 +649,10 @@ func (s *initState) serve(ctx context.Context, rot *boot.RotatingFile, outcome a
 				continue
 			}
 			s.say("trial of slot %s failed: not healthy within %s: %s", s.booted, window, why)
-			statusPath := s.data.Path(boot.StatusFile)
-			st, err := appliance.LoadStatus(statusPath)
-			if err != nil {
-				st = appliance.Status{}
-			}
-			st = appliance.RecordTrialFailed(st, s.booted, why, time.Now().UTC())
-			if err := appliance.SaveStatus(statusPath, st); err != nil {
+			if _, err := appliance.UpdateStatus(s.data.Path(boot.StatusFile), func(st *appliance.Status) error {
+				*st = appliance.RecordTrialFailed(*st, s.booted, why, time.Now().UTC())
+				return nil
+			}); err != nil {
 				s.say("status file: %v", err)
 			}
 			// rackd stops before the file systems it writes are
@@ -685,10 +686,10 @@ func (s *initState) healthy(ctx context.Context, port int, outcome appliance.Boo
 		}); err != nil {
 			s.say("mark slot %s good: %v", s.booted, err)
 		} else {
-			statusPath := s.data.Path(boot.StatusFile)
-			st, _ := appliance.LoadStatus(statusPath)
-			st = appliance.RecordTrialGood(st, s.booted, time.Now().UTC())
-			if err := appliance.SaveStatus(statusPath, st); err != nil {
+			if _, err := appliance.UpdateStatus(s.data.Path(boot.StatusFile), func(st *appliance.Status) error {
+				*st = appliance.RecordTrialGood(*st, s.booted, time.Now().UTC())
+				return nil
+			}); err != nil {
 				s.say("status file: %v", err)
 			}
 			s.say("slot %s (%s) is the good slot now", s.booted, s.version)
