@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -29,28 +28,11 @@ func served(t testing.TB, raw []byte, f Format, cs int64) ([]byte, Image) {
 	t.Helper()
 	file, img := raw, Image{Format: FormatRaw, Size: int64(len(raw)), SHA256: hexSHA(raw)}
 	if f != FormatRaw {
-		file = compressTB(t, f, raw)
+		file = compress(t, f, raw)
 		img = Image{Format: f, Size: int64(len(file)), SHA256: hexSHA(file), RawSize: int64(len(raw)), RawSHA256: hexSHA(raw)}
 	}
 	img.Chunks = chunkList(raw, cs)
 	return file, img
-}
-
-// compressTB is compress for a test or a benchmark.
-func compressTB(t testing.TB, f Format, b []byte) []byte {
-	t.Helper()
-	argv := tools[f]
-	path, err := exec.LookPath(argv[0])
-	if err != nil {
-		t.Skipf("%s not installed: %v", argv[0], err)
-	}
-	cmd := exec.Command(path, argv[1:]...)
-	cmd.Stdin = bytes.NewReader(b)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s: %v", argv[0], err)
-	}
-	return out
 }
 
 var allFormats = []Format{FormatRaw, FormatGzip, FormatXZ, FormatZstd}

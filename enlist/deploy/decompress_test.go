@@ -46,8 +46,8 @@ var tools = map[Format][]string{
 	FormatZstd: {"zstd", "-c", "-q", "-3"},
 }
 
-// compress runs the format's tool on b.
-func compress(t *testing.T, f Format, b []byte) []byte {
+// compress runs the format's tool on b, for a test or a benchmark.
+func compress(t testing.TB, f Format, b []byte) []byte {
 	t.Helper()
 	argv := tools[f]
 	path, err := exec.LookPath(argv[0])
