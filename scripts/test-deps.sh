@@ -48,6 +48,7 @@ grub-mkimage grub-common
 readelf binutils
 openssl openssl
 dnsmasq dnsmasq-base
+chromium chromium
 LIST
 # file -> the Debian package that has it (firmware the VM tests boot)
 while read -r file pkg; do

@@ -134,8 +134,18 @@ func (u *UI) formError(w http.ResponseWriter, r *http.Request, s *reqSession, er
 }
 
 // done ends a form POST: the API's refusal, or the notice, is flashed and
-// the browser goes back to the page (Post/Redirect/Get).
+// the browser goes back to the page (Post/Redirect/Get). A script's request
+// (it sends its CSRF token as X-CSRF-Token, never a form field) gets the
+// API's refusal itself, status and JSON, so that it can tell a 403 from a
+// page.
 func (u *UI) done(w http.ResponseWriter, r *http.Request, s *reqSession, res apiResult, back, notice string) {
+	if !res.OK() && r.Header.Get("X-CSRF-Token") != "" {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(res.Status)
+		w.Write(res.Body)
+		return
+	}
 	if !res.OK() {
 		u.sessions.addFlash(s.session, flash{Error: true, Text: res.Message()})
 	} else if notice != "" {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,13 +14,41 @@ import (
 // Hub fans live updates out to the connected browsers. Publishing never
 // blocks: each client has a bounded buffer, and a client that lets it fill
 // up is dropped (its browser reconnects and reloads what it shows).
+//
+// Every message has an id, and the hub keeps the newest ones (backlogSize):
+// a page is rendered with the id it has seen up to (Mark), and its stream
+// starts with what was published since, so that a change made between the
+// page's render and its stream's connection (a fast power request, a state
+// change) is not lost. A browser's reconnection (Last-Event-ID) resumes the
+// same way.
 type Hub struct {
 	mu      sync.Mutex
 	clients map[*client]struct{}
 	buf     int
 	dropped int
 	closed  bool
+
+	// id is the last message's id; backlog the newest messages, oldest
+	// first, at most backlogSize.
+	id      uint64
+	backlog []sent
+	// watched: until then a page may still connect its stream, so the
+	// hub encodes and keeps messages even with no client.
+	watched time.Time
+	now     func() time.Time
 }
+
+type sent struct {
+	id  uint64
+	msg []byte
+}
+
+// backlogSize is how many messages a stream can catch up on.
+const backlogSize = 256
+
+// markFor is how long after a page's render the hub keeps messages for its
+// stream to catch up on, with no client connected.
+const markFor = time.Minute
 
 type client struct {
 	ch   chan []byte
@@ -27,18 +56,42 @@ type client struct {
 }
 
 // NewHub is a hub with buf messages of room per client.
-func NewHub(buf int) *Hub { return &Hub{clients: map[*client]struct{}{}, buf: buf} }
+func NewHub(buf int) *Hub { return &Hub{clients: map[*client]struct{}{}, buf: buf, now: time.Now} }
 
-func (h *Hub) subscribe() *client {
-	c := &client{ch: make(chan []byte, h.buf), gone: make(chan struct{})}
+// Mark is the id of the last message published, for a page being rendered
+// now: its stream asks for what follows it.
+func (h *Hub) Mark() uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.watched = h.now().Add(markFor)
+	return h.id
+}
+
+// subscribe registers a client. With after set, its channel starts with
+// the kept messages published after that id; stale says that some of them
+// are no longer kept (the page must reload to be right).
+func (h *Hub) subscribe(after uint64, resume bool) (c *client, stale bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var missed []sent
+	if resume && after < h.id {
+		i := len(h.backlog)
+		for i > 0 && h.backlog[i-1].id > after {
+			i--
+		}
+		missed = h.backlog[i:]
+		stale = len(h.backlog) == 0 || h.backlog[0].id > after+1
+	}
+	c = &client{ch: make(chan []byte, h.buf+len(missed)), gone: make(chan struct{})}
 	if h.closed {
 		close(c.gone)
-		return c
+		return c, false
+	}
+	for _, m := range missed {
+		c.ch <- m.msg
 	}
 	h.clients[c] = struct{}{}
-	return c
+	return c, stale
 }
 
 // Close ends every stream, and those opened later at once: the server is
@@ -77,18 +130,38 @@ func (h *Hub) Dropped() int {
 	return h.dropped
 }
 
+// watchedNow: a browser is connected, or a page rendered lately may still
+// connect. When not, the message is numbered but not kept, and the backlog
+// forgotten: a stream resuming from before it is stale.
+func (h *Hub) watchedNow() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.clients) > 0 || h.now().Before(h.watched) {
+		return true
+	}
+	h.id++
+	h.backlog = h.backlog[:0]
+	return false
+}
+
 // publish sends one Server-Sent Event (kind, JSON data) to every client.
 func (h *Hub) publish(kind string, v any) {
-	if h.Clients() == 0 {
+	if !h.watchedNow() {
 		return // nobody watches: not even the encoding
 	}
 	data, err := json.Marshal(v)
 	if err != nil {
 		return
 	}
-	msg := fmt.Appendf(nil, "event: %s\ndata: %s\n\n", kind, data)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.id++
+	msg := fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", h.id, kind, data)
+	if len(h.backlog) == backlogSize {
+		copy(h.backlog, h.backlog[1:])
+		h.backlog = h.backlog[:backlogSize-1]
+	}
+	h.backlog = append(h.backlog, sent{h.id, msg})
 	for c := range h.clients {
 		select {
 		case c.ch <- msg:
@@ -151,10 +224,22 @@ func (u *UI) serveEvents(w http.ResponseWriter, r *http.Request, s *reqSession) 
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	flush := func() { rc.Flush() }
-	c := u.hub.subscribe()
+	// Where the stream resumes: the browser's last event on a
+	// reconnection, else the mark the page was rendered with.
+	from := r.Header.Get("Last-Event-ID")
+	if from == "" {
+		from = r.URL.Query().Get("since")
+	}
+	after, err := strconv.ParseUint(from, 10, 64)
+	c, stale := u.hub.subscribe(after, err == nil)
 	defer u.hub.unsubscribe(c)
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprintf(w, "retry: 3000\n: connected\n\n")
+	if stale {
+		// Changes were missed that the hub no longer keeps: the page
+		// reloads rather than show a state that is not the rack's.
+		fmt.Fprintf(w, "event: stale\ndata: {}\n\n")
+	}
 	flush()
 	tick := time.NewTicker(sseRecheck)
 	defer tick.Stop()

@@ -91,7 +91,8 @@ func TestPhaseTimings(t *testing.T) {
 // publishing never waits.
 func TestHubDropsSlowClient(t *testing.T) {
 	h := NewHub(4)
-	slow, fast := h.subscribe(), h.subscribe()
+	slow, _ := h.subscribe(0, false)
+	fast, _ := h.subscribe(0, false)
 	for i := range 10 {
 		h.Event(store.Event{Seq: uint64(i), Machine: "m-1"})
 		select {
@@ -175,11 +176,69 @@ func FuzzMachineQuery(f *testing.F) {
 	})
 }
 
+// A stream that starts from a page's mark gets what was published between
+// the page's render and its connection, then the rest; one whose mark is
+// older than the kept messages is told it is stale.
+func TestHubResume(t *testing.T) {
+	h := NewHub(4)
+	now := time.Unix(1000, 0)
+	h.now = func() time.Time { return now }
+	h.Event(store.Event{Seq: 1, Machine: "m-1"}) // nobody watches: not kept
+	c0, stale := h.subscribe(0, true)
+	if !stale {
+		t.Error("a mark from before an unkept message is not stale")
+	}
+	h.unsubscribe(c0)
+	mark := h.Mark()
+	h.Event(store.Event{Seq: 2, Machine: "m-1"}) // after the render, before the stream
+	c, stale := h.subscribe(mark, true)
+	if stale {
+		t.Fatal("a fresh mark is stale")
+	}
+	h.Event(store.Event{Seq: 3, Machine: "m-1"})
+	for _, want := range []string{`"seq":2`, `"seq":3`} {
+		select {
+		case msg := <-c.ch:
+			if !strings.Contains(string(msg), want) || !strings.HasPrefix(string(msg), "id: ") {
+				t.Errorf("got %q, want the event %s with its id", msg, want)
+			}
+		default:
+			t.Fatalf("the stream lacks the event %s", want)
+		}
+	}
+	h.unsubscribe(c)
+	if c, stale := h.subscribe(mark+2, true); stale {
+		t.Error("a mark with nothing published since is stale")
+	} else {
+		h.unsubscribe(c)
+	}
+	// Nothing kept for a page rendered long ago with nobody connected:
+	// its stream is stale.
+	now = now.Add(2 * markFor)
+	h.Event(store.Event{Seq: 4, Machine: "m-1"})
+	if c, stale := h.subscribe(mark+2, true); !stale {
+		t.Error("a stream resuming past an unkept message is not stale")
+	} else {
+		h.unsubscribe(c)
+	}
+	// A mark older than the backlog.
+	mark = h.Mark()
+	for i := range backlogSize + 1 {
+		h.Event(store.Event{Seq: uint64(10 + i), Machine: "m-1"})
+	}
+	if _, stale := h.subscribe(mark, true); !stale {
+		t.Error("a mark older than the kept messages is not stale")
+	}
+	if _, stale := h.subscribe(0, false); stale {
+		t.Error("a stream without a mark is stale")
+	}
+}
+
 func TestHubClose(t *testing.T) {
 	h := NewHub(4)
-	before := h.subscribe()
+	before, _ := h.subscribe(0, false)
 	h.Close()
-	after := h.subscribe()
+	after, _ := h.subscribe(0, false)
 	for name, c := range map[string]*client{"open before": before, "opened after": after} {
 		select {
 		case <-c.gone:

@@ -114,6 +114,9 @@ func (ss *sessions) takeFlashes(s *session) []flash {
 type reqSession struct {
 	*session
 	actor store.Actor
+	// since is the hub's mark taken before the handler reads anything:
+	// the page's live updates resume after it.
+	since uint64
 }
 
 // authed runs h for a request with a live session whose token still
@@ -141,7 +144,7 @@ func (u *UI) authed(h func(http.ResponseWriter, *http.Request, *reqSession)) htt
 			u.endSession(w, r, s)
 			return
 		}
-		rs := &reqSession{session: s, actor: actor}
+		rs := &reqSession{session: s, actor: actor, since: u.hub.Mark()}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			r.Body = http.MaxBytesReader(w, r.Body, u.opts.MaxFormBytes)
 			if !sameOrigin(r) {

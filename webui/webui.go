@@ -224,6 +224,9 @@ type view struct {
 	// CanUsers: the users page lists users (the route table lets who
 	// list them).
 	CanUsers bool
+	// Since is the hub's mark before the page read what it shows: its
+	// live updates start after it.
+	Since uint64
 }
 
 type flash struct {
@@ -275,6 +278,7 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, s *reqSession, statu
 	}
 	v := view{Title: title, Name: u.opts.Name, Nav: nav, Page: data}
 	if s != nil {
+		v.Since = s.since
 		v.Who, v.CSRF, v.Flashes = s.actor, s.csrf, u.sessions.takeFlashes(s.session)
 		v.CanUsers = u.opts.Allowed(s.actor, http.MethodGet, "/api/v1/users")
 	}

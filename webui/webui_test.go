@@ -852,6 +852,15 @@ func TestNonAdmin(t *testing.T) {
 			t.Errorf("the forged request made a user")
 		}
 	}
+	// A script's forged request (the CSRF token in its header) gets the
+	// API's refusal itself: 403 and the API's JSON, not a page.
+	req, _ := http.NewRequest("POST", rg.url+"/users", strings.NewReader("name=mallory&admin=on"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-CSRF-Token", b.csrf)
+	if p := b.do(req); p.status != http.StatusForbidden || !strings.HasPrefix(p.header.Get("Content-Type"), "application/json") ||
+		!strings.Contains(p.body, "admin") {
+		t.Errorf("a script's forged admin request: %d %s %.300s, want the API's 403", p.status, p.header.Get("Content-Type"), p.body)
+	}
 	// Bulk commission as bob: refused machine by machine.
 	p := b.post("/machines/bulk", url.Values{"action": {"commission"}, "id": {m.ID}, "confirm": {"yes"}})
 	if p.status != http.StatusOK || !strings.Contains(p.body, "only an admin may commission a machine") {

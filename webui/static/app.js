@@ -77,6 +77,9 @@
   }
 
   function onMachine(e) {
+    // Resuming after the page's mark may repeat an event the page was
+    // rendered with: it is counted once.
+    if (document.querySelector('#recent-events li[data-seq="' + e.seq + '"]')) return;
     var row = document.getElementById("machine-" + e.machine);
     var page = document.querySelector(".machine[data-machine]");
     if (e.to && e.from !== e.to) {
@@ -152,7 +155,11 @@
 
   function live() {
     if (!document.body.dataset.csrf || !window.EventSource) return;
-    var es = new EventSource("/events");
+    // The stream resumes after the hub's mark the page was rendered with:
+    // what changed in between is not lost.
+    var since = document.body.dataset.since;
+    var es = new EventSource("/events" + (since ? "?since=" + encodeURIComponent(since) : ""));
+    es.addEventListener("stale", function () { es.close(); window.location.reload(); });
     es.addEventListener("machine", function (m) { onMachine(JSON.parse(m.data)); });
     es.addEventListener("power", function (m) { onPower(JSON.parse(m.data)); });
     es.addEventListener("open", function () { document.body.dataset.live = "on"; });

@@ -1,0 +1,642 @@
+package webui_test
+
+// Tests in a real browser: Debian's chromium, headless, driven over the
+// DevTools protocol by chromedp, against a rackd serving on loopback with the
+// fake power driver. They run the page's JavaScript (live updates over SSE,
+// the machine page's timeline and power history) and watch the console: a
+// Content-Security-Policy violation, an uncaught exception or an error
+// logged on any page fails the test.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	cdppage "github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"rackd/agent/api"
+)
+
+// screenshotsEnv names a folder (relative to the repository's root) that
+// gets the screenshots besides build/screenshots: docs/ui regenerates the
+// ones the README shows.
+const screenshotsEnv = "RACKD_UI_SCREENSHOTS"
+
+// waitFor bounds every wait of a browser step; the machine running the
+// tests may be loaded.
+const waitFor = 60 * time.Second
+
+// chromiumPath finds Debian's chromium. Without it the tests skip, except as
+// root (CI), where make test installs it and its absence is a failure.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Geteuid() == 0 {
+		t.Fatal("chromium is not installed (make test installs it: scripts/test-deps.sh)")
+	}
+	t.Skip("chromium is not installed and we are not root: apt-get install chromium to run the browser tests")
+	return ""
+}
+
+// newChrome starts one headless chromium for a test, with the flags it
+// needs on a machine without a network beyond loopback and a new, empty
+// profile.
+func newChrome(t *testing.T) context.Context {
+	t.Helper()
+	path := chromiumPath(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
+	// The first run starts the browser, and the browser lives as long as
+	// that run's context: no timeout on it.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return bctx
+}
+
+// tab is one user's window: its own browser context (cookies), and what its
+// console said.
+type tab struct {
+	t    *testing.T
+	ctx  context.Context
+	base string
+
+	mu       sync.Mutex
+	problems []string
+	dialogs  []string
+	// reported has a value when the console has said something new.
+	reported chan struct{}
+}
+
+func (rg *rig) tab(t *testing.T, chrome context.Context) *tab {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(chrome, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	tb := &tab{t: t, ctx: ctx, base: rg.url, reported: make(chan struct{}, 1)}
+	// Listen opens the tab; the func runs on the tab's reading goroutine
+	// and must not block.
+	err := chromedp.Listen(ctx, func(ev any) {
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			d := ev.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			tb.problem(fmt.Sprintf("uncaught exception: %s at %s:%d", msg, d.URL, d.LineNumber+1))
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				tb.problem("console." + string(ev.Type) + ": " + strings.Join(args, " "))
+			}
+		case *cdplog.EventEntryAdded:
+			if e := ev.Entry; e.Level == cdplog.EntryLevelError || e.Level == cdplog.EntryLevelWarning {
+				tb.problem(fmt.Sprintf("log %s (%s): %s %s", e.Level, e.Source, e.Text, e.URL))
+			}
+		case *cdppage.EventJavascriptDialogOpening:
+			tb.mu.Lock()
+			tb.dialogs = append(tb.dialogs, string(ev.Type)+": "+ev.Message)
+			tb.mu.Unlock()
+			// Dismiss it, or the page stays blocked; the test decides
+			// whether a dialog was wanted.
+			accept := ev.Type == cdppage.DialogTypeConfirm
+			go chromedp.Call(ctx, cdppage.HandleJavaScriptDialog, cdppage.HandleJavaScriptDialogParams{Accept: accept})
+		}
+	})
+	if err != nil {
+		t.Fatalf("open a tab: %v", err)
+	}
+	// A laptop's screen, the size of the screenshots.
+	tb.do(t, "set the viewport", chromedp.EmulateViewport(1280, 800))
+	return tb
+}
+
+func (tb *tab) problem(s string) {
+	tb.mu.Lock()
+	tb.problems = append(tb.problems, s)
+	tb.mu.Unlock()
+	select {
+	case tb.reported <- struct{}{}:
+	default:
+	}
+}
+
+// takeProblems returns (and forgets) what the console said.
+func (tb *tab) takeProblems() []string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	p := tb.problems
+	tb.problems = nil
+	return p
+}
+
+func (tb *tab) takeDialogs() []string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	d := tb.dialogs
+	tb.dialogs = nil
+	return d
+}
+
+// clean fails t when the console reported anything since the last check or
+// a dialog opened.
+func (tb *tab) clean(t *testing.T, where string) {
+	t.Helper()
+	for _, p := range tb.takeProblems() {
+		t.Errorf("%s: the browser reported %s", where, p)
+	}
+	for _, d := range tb.takeDialogs() {
+		t.Errorf("%s: a dialog opened: %s", where, d)
+	}
+}
+
+// bounded is the tab's context under the bounded wait.
+func (tb *tab) bounded() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(tb.ctx, waitFor)
+}
+
+func (tb *tab) fail(t *testing.T, what string, err error) {
+	t.Helper()
+	lctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
+	loc, _ := chromedp.Run(lctx, chromedp.Location())
+	cancel()
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%s: not done within %s (page %s)", what, waitFor, loc)
+	}
+	t.Fatalf("%s: %v (page %s)", what, err, loc)
+}
+
+// do runs steps under the bounded wait.
+func (tb *tab) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := tb.bounded()
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		tb.fail(t, what, err)
+	}
+}
+
+// value runs one action that answers, under the bounded wait.
+func value[T any](t *testing.T, tb *tab, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := tb.bounded()
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		tb.fail(t, what, err)
+	}
+	return v
+}
+
+// eval evaluates a script expression, promises awaited.
+func eval[T any](t *testing.T, tb *tab, js string) T {
+	t.Helper()
+	return value(t, tb, "evaluate "+js, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+}
+
+func (tb *tab) text(t *testing.T, sel string) string {
+	t.Helper()
+	return strings.TrimSpace(value(t, tb, "text of "+sel, chromedp.Text(chromedp.CSS(sel))))
+}
+
+// waitJS waits until a script expression is true.
+func (tb *tab) waitJS(t *testing.T, what, js string) {
+	t.Helper()
+	value(t, tb, what, chromedp.Poll[bool](js, chromedp.WithPollingInterval(50*time.Millisecond)))
+}
+
+// open navigates to path and waits for its body.
+func (tb *tab) open(t *testing.T, path string) {
+	t.Helper()
+	tb.do(t, "open "+path, chromedp.Navigate(tb.base+path), chromedp.WaitReady(chromedp.CSS("body")))
+}
+
+// openLive opens a page and waits until its EventSource is connected: the
+// server subscribes a stream before it answers.
+func (tb *tab) openLive(t *testing.T, path string) {
+	t.Helper()
+	tb.open(t, path)
+	tb.do(t, "live updates on "+path, chromedp.WaitReady(chromedp.CSS(`body[data-live="on"]`)))
+}
+
+func (tb *tab) login(t *testing.T, token string) {
+	t.Helper()
+	tb.open(t, "/login")
+	tb.do(t, "log in",
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.CSS(`form.login button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-csrf] form.logout`)))
+}
+
+// sessionCookie is the tab's rackd_session cookie ("" when it has none).
+func (tb *tab) sessionCookie(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := tb.bounded()
+	defer cancel()
+	res, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{tb.base}})
+	if err != nil {
+		tb.fail(t, "read cookies", err)
+	}
+	for _, c := range res.Cookies {
+		if c.Name == "rackd_session" {
+			if !c.HTTPOnly || c.SameSite != network.CookieSameSiteStrict {
+				t.Errorf("the session cookie is not HttpOnly and SameSite=Strict: %+v", c)
+			}
+			return c.Value
+		}
+	}
+	return ""
+}
+
+// screenshot saves the viewport as NAME.png in build/screenshots and, when
+// RACKD_UI_SCREENSHOTS names a folder, there too.
+func (tb *tab) screenshot(t *testing.T, name string) {
+	t.Helper()
+	png := value(t, tb, "screenshot "+name, chromedp.CaptureScreenshot())
+	dirs := []string{filepath.Join("..", "build", "screenshots")}
+	if d := os.Getenv(screenshotsEnv); d != "" {
+		if !filepath.IsAbs(d) {
+			d = filepath.Join("..", d)
+		}
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// replay sends a GET with a session cookie from outside the browser and
+// reports whether rackd still takes it (anything but the redirect to the
+// login).
+func replay(t *testing.T, base, cookie string) (status int, location string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/machines", nil)
+	req.AddCookie(&http.Cookie{Name: "rackd_session", Value: cookie})
+	c := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Location")
+}
+
+func jsString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == '<' || r == '>':
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func TestBrowser(t *testing.T) {
+	chrome := newChrome(t)
+	rg := start(t)
+	fake := func(i int) *api.PowerParams {
+		return &api.PowerParams{Driver: "fake", Address: fmt.Sprintf("bmc%d", i)}
+	}
+	// A small rack: the machine the test commissions (NEW), ones it acts on
+	// (READY), and some more for the list and the screenshots.
+	fresh := rg.addMachine(t, api.CreateMachine{Hostname: "node-01", Arch: "amd64", MACs: []string{"52:54:00:10:00:01"},
+		CPUCount: 16, MemoryMB: 65536, Tags: []string{"rack1", "gpu"}, Power: fake(1)})
+	ready := rg.addMachine(t, api.CreateMachine{Hostname: "node-02", Arch: "amd64", MACs: []string{"52:54:00:10:00:02"},
+		CPUCount: 32, MemoryMB: 131072, Tags: []string{"rack1"}, State: "READY", Power: fake(2)})
+	breakMe := rg.addMachine(t, api.CreateMachine{Hostname: "node-03", Arch: "amd64", MACs: []string{"52:54:00:10:00:03"},
+		CPUCount: 32, MemoryMB: 131072, Tags: []string{"rack1"}, State: "READY", Power: fake(3)})
+	for i := 4; i <= 12; i++ {
+		st := "READY"
+		if i%4 == 0 {
+			st = "NEW"
+		}
+		rg.addMachine(t, api.CreateMachine{Hostname: fmt.Sprintf("node-%02d", i), Arch: "amd64", MACs: []string{fmt.Sprintf("52:54:00:10:00:%02x", i)},
+			CPUCount: 8 * (1 + i%3), MemoryMB: 32768 * (1 + i%2), Tags: []string{fmt.Sprintf("rack%d", 1+i/7)}, State: st, Power: fake(i)})
+	}
+	if st := rg.api(t, rg.admin, "POST", "/api/v1/subnets", api.Subnet{CIDR: "10.77.0.0/24", Gateway: "10.77.0.1",
+		DynamicRanges: []api.Range{{Start: "10.77.0.100", End: "10.77.0.199"}}}, nil); st != http.StatusCreated {
+		t.Fatalf("create subnet: %d", st)
+	}
+	bobToken := rg.addUser(t, "bob", false)
+
+	admin := rg.tab(t, chrome)
+
+	t.Run("the console check sees a CSP violation", func(t *testing.T) {
+		// The check every other step makes must be able to fail: an inline
+		// script the page adds itself is refused by the CSP and reported.
+		admin.open(t, "/login")
+		admin.takeProblems()
+		if ran := eval[bool](t, admin, `(function(){var s=document.createElement("script");s.textContent="window.__inline=1";document.body.appendChild(s);return !!window.__inline})()`); ran {
+			t.Fatal("an inline script ran: the CSP does not hold")
+		}
+		select {
+		case <-admin.reported:
+		case <-time.After(waitFor):
+			t.Fatal("the browser reported no CSP violation for an inline script: the console check is blind")
+		}
+		if ps := admin.takeProblems(); !strings.Contains(strings.Join(ps, "\n"), "Content Security Policy") {
+			t.Errorf("reported, but not as a CSP violation: %q", ps)
+		}
+		admin.clean(t, "/login")
+	})
+
+	t.Run("login with a bad token is refused", func(t *testing.T) {
+		admin.open(t, "/login")
+		admin.do(t, "log in with a bad token",
+			chromedp.WaitVisible(chromedp.ID("token")),
+			chromedp.SendKeys(chromedp.ID("token"), "not-a-token"),
+			chromedp.Click(chromedp.CSS(`form.login button[type="submit"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`div[role="alert"].error`)))
+		if msg := admin.text(t, `div[role="alert"].error`); !strings.Contains(msg, "not valid") {
+			t.Errorf("refusal says %q", msg)
+		}
+		if c := admin.sessionCookie(t); c != "" {
+			t.Errorf("a bad token got a session cookie")
+		}
+		// The refusal is a 401 page, which the console notes as a failed
+		// load of the document: that is the answer, not a fault.
+		for _, p := range admin.takeProblems() {
+			if !strings.Contains(p, "401") {
+				t.Errorf("/login: the browser reported %s", p)
+			}
+		}
+		admin.clean(t, "/login")
+	})
+
+	t.Run("login", func(t *testing.T) {
+		admin.login(t, rg.admin)
+		title := value(t, admin, "title", chromedp.Title())
+		if want := "— rackd " + rackName; !strings.HasSuffix(title, want) {
+			t.Errorf("title %q, want … %s", title, want)
+		}
+		if admin.sessionCookie(t) == "" {
+			t.Error("no session cookie after the login")
+		}
+		admin.clean(t, "/")
+	})
+
+	t.Run("the machine list shows the rack", func(t *testing.T) {
+		admin.open(t, "/machines")
+		if n := eval[int](t, admin, `document.querySelectorAll('#machines tbody tr[id^="machine-"]').length`); n != 12 {
+			t.Errorf("%d machine rows, want 12", n)
+		}
+		state := admin.text(t, `#machine-`+ready.ID+` td.state`)
+		host := admin.text(t, `#machine-`+ready.ID+` a`)
+		if state != "READY" || host != "node-02" {
+			t.Errorf("row of node-02: %q %q", host, state)
+		}
+		// The script's select-all ticks every row of the page.
+		admin.do(t, "select all", chromedp.Click(chromedp.ID("select-all")))
+		if n := eval[int](t, admin, `document.querySelectorAll('#machines tbody input[type="checkbox"]:checked').length`); n != 12 {
+			t.Errorf("select-all ticked %d rows, want 12", n)
+		}
+		admin.clean(t, "/machines")
+	})
+
+	t.Run("commissioning shows in the list without a reload", func(t *testing.T) {
+		admin.openLive(t, "/machines")
+		eval[bool](t, admin, `window.__sameDocument = true`)
+		if st := rg.api(t, rg.admin, "POST", "/api/v1/machines/"+fresh.ID+"/commission", nil, nil); st != http.StatusOK {
+			t.Fatalf("commission: %d", st)
+		}
+		admin.do(t, "the row turns COMMISSIONING",
+			chromedp.WaitVisible(chromedp.CSS(`tr#machine-`+fresh.ID+`[data-state="COMMISSIONING"]`)))
+		if !eval[bool](t, admin, `window.__sameDocument === true`) {
+			t.Error("the page was reloaded")
+		}
+		cell := admin.text(t, `#machine-`+fresh.ID+` td.state`)
+		class := eval[string](t, admin, `document.querySelector('#machine-`+fresh.ID+` td.state').className`)
+		if cell != "COMMISSIONING" || !strings.Contains(class, "transient") || !strings.Contains(class, "st-commissioning") {
+			t.Errorf("state cell %q class %q", cell, class)
+		}
+		admin.clean(t, "/machines")
+	})
+
+	const payload = `<script>alert(1)</script><img src=x onerror=alert(2)>`
+	hasPayload := `Array.from(document.querySelectorAll('.reason')).some(function(r){return r.textContent===` + jsString(payload) + `})`
+	const injected = `document.querySelectorAll('main img, main script, #events img').length`
+	t.Run("the machine page's events appear live, a payload as text", func(t *testing.T) {
+		admin.openLive(t, "/machines/"+breakMe.ID)
+		eval[bool](t, admin, `window.__sameDocument = true`)
+		before := eval[int](t, admin, `document.querySelectorAll('#events li[data-seq]').length`)
+		if st := rg.api(t, rg.admin, "POST", "/api/v1/machines/"+breakMe.ID+"/mark-broken", api.ActionRequest{Reason: payload}, nil); st != http.StatusOK {
+			t.Fatalf("mark-broken: %d", st)
+		}
+		admin.waitJS(t, "the event is in the timeline", hasPayload)
+		after := eval[int](t, admin, `document.querySelectorAll('#events li[data-seq]').length`)
+		if after != before+1 || !eval[bool](t, admin, `window.__sameDocument === true`) {
+			t.Errorf("events %d → %d, or the page was reloaded", before, after)
+		}
+		if state := admin.text(t, "#state"); state != "BROKEN" {
+			t.Errorf("the page's state says %q, want BROKEN", state)
+		}
+		if n := eval[int](t, admin, injected); n != 0 {
+			t.Errorf("the payload made %d elements", n)
+		}
+		admin.clean(t, "/machines/"+breakMe.ID)
+		// Rendered by the server too, after a reload, and on the
+		// dashboard's recent events.
+		for _, path := range []string{"/machines/" + breakMe.ID, "/"} {
+			admin.open(t, path)
+			if !eval[bool](t, admin, hasPayload) {
+				t.Errorf("%s: the payload is not shown as text", path)
+			}
+			if n := eval[int](t, admin, injected); n != 0 {
+				t.Errorf("%s: the payload made %d elements", path, n)
+			}
+			admin.clean(t, path)
+		}
+	})
+
+	t.Run("a power request shows its fate", func(t *testing.T) {
+		admin.openLive(t, "/machines/"+ready.ID)
+		admin.do(t, "power on",
+			chromedp.Click(chromedp.CSS(`form[action="/machines/`+ready.ID+`/power"]:has(input[value="on"]) button`)),
+			chromedp.WaitVisible(chromedp.CSS(`div[role="status"].notice`)))
+		notice := admin.text(t, `div[role="status"].notice`)
+		_, after, ok := strings.Cut(notice, "(request ")
+		id, _, _ := strings.Cut(after, ")")
+		if !ok || id == "" {
+			t.Fatalf("the notice names no request: %q", notice)
+		}
+		admin.do(t, "the request ends done",
+			chromedp.WaitVisible(chromedp.CSS(`tr#power-`+id+`[data-state="done"]`)))
+		admin.waitJS(t, "observed power is on", `document.getElementById("power-observed").textContent.indexOf("on")===0`)
+		admin.clean(t, "/machines/"+ready.ID)
+	})
+
+	t.Run("an illegal transition shows the API's error", func(t *testing.T) {
+		admin.open(t, "/machines/"+ready.ID)
+		admin.do(t, "mark fixed a READY machine",
+			chromedp.Click(chromedp.CSS(`details.other summary`)),
+			chromedp.Click(chromedp.CSS(`details.other form:has(input[name="action"][value="mark-fixed"]) button`)),
+			chromedp.WaitVisible(chromedp.CSS(`div[role="alert"].error`)))
+		if msg, want := admin.text(t, `div[role="alert"].error`), "cannot mark-fixed a machine that is READY"; !strings.Contains(msg, want) {
+			t.Errorf("alert %q, want the API's %q", msg, want)
+		}
+		admin.clean(t, "/machines/"+ready.ID)
+	})
+
+	// A refused fetch is logged by the console as a failed load: expected
+	// here, and only with the refusal's status.
+	only := func(t *testing.T, tb *tab, status string) {
+		t.Helper()
+		for _, p := range tb.takeProblems() {
+			if !strings.Contains(p, status) {
+				t.Errorf("the browser reported %s", p)
+			}
+		}
+	}
+
+	t.Run("a request without the CSRF token is refused", func(t *testing.T) {
+		admin.open(t, "/machines/"+ready.ID)
+		status := eval[int](t, admin, `fetch("/machines/`+ready.ID+`/action", {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"},
+			body: "action=mark-broken&reason=forged"}).then(function(r){return r.status})`)
+		if status != http.StatusForbidden {
+			t.Errorf("without the token: %d, want 403", status)
+		}
+		var m api.Machine
+		rg.api(t, rg.admin, "GET", "/api/v1/machines/"+ready.ID, nil, &m)
+		if m.State != "READY" {
+			t.Errorf("the machine is %s after the refused request", m.State)
+		}
+		only(t, admin, "403")
+		admin.clean(t, "fetch without CSRF")
+	})
+
+	t.Run("a non-admin sees no admin action and a forged one is refused", func(t *testing.T) {
+		bob := rg.tab(t, chrome)
+		bob.login(t, bobToken)
+		bob.open(t, "/machines/"+ready.ID)
+		if n := eval[int](t, bob, `document.querySelectorAll('form[action$="/action"], form[action$="/power"], form[action$="/ips"]').length`); n != 0 {
+			t.Errorf("bob is offered %d actions on a machine he does not hold", n)
+		}
+		bob.clean(t, "machine page as bob")
+		bob.open(t, "/users")
+		if n, nav := eval[int](t, bob, `document.querySelectorAll('form[action="/users"]').length`), bob.text(t, "nav"); n != 0 || strings.Contains(nav, "Users and tokens") {
+			t.Errorf("bob is offered the users' admin (%d forms, nav %q)", n, nav)
+		}
+		bob.open(t, "/images")
+		if n := eval[int](t, bob, `document.querySelectorAll('form[action="/images/import"]').length`); n != 0 {
+			t.Error("bob is offered to import images")
+		}
+		bob.clean(t, "/users, /images as bob")
+		res := eval[struct {
+			Status int    `json:"status"`
+			Body   string `json:"body"`
+		}](t, bob, `fetch("/users", {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded", "X-CSRF-Token": document.body.dataset.csrf},
+			body: "name=mallory&admin=on"}).then(function(r){return r.text().then(function(b){return {status: r.status, body: b}})})`)
+		if res.Status != http.StatusForbidden || !strings.Contains(res.Body, "admin") {
+			t.Errorf("bob's forged admin request: %d %s, want 403 with the API's words", res.Status, res.Body)
+		}
+		var users []api.User
+		rg.api(t, rg.admin, "GET", "/api/v1/users", nil, &users)
+		for _, u := range users {
+			if u.Name == "mallory" {
+				t.Error("the forged request made a user")
+			}
+		}
+		only(t, bob, "403")
+		bob.clean(t, "forged request")
+	})
+
+	t.Run("screenshots", func(t *testing.T) {
+		for _, p := range []struct{ name, path string }{
+			{"dashboard", "/"}, {"machines", "/machines"}, {"machine", "/machines/" + fresh.ID},
+			{"subnets", "/subnets"}, {"images", "/images"}, {"users", "/users"},
+		} {
+			admin.openLive(t, p.path)
+			admin.screenshot(t, p.name)
+			admin.clean(t, p.path)
+		}
+	})
+
+	t.Run("logout kills the session", func(t *testing.T) {
+		admin.open(t, "/")
+		cookie := admin.sessionCookie(t)
+		if cookie == "" {
+			t.Fatal("no session cookie")
+		}
+		admin.do(t, "log out",
+			chromedp.Click(chromedp.CSS(`form.logout button`)),
+			chromedp.WaitVisible(chromedp.ID("token")))
+		if st, loc := replay(t, rg.url, cookie); st != http.StatusSeeOther || !strings.HasPrefix(loc, "/login") {
+			t.Errorf("the logged-out cookie: %d %q, want a redirect to the login", st, loc)
+		}
+		admin.open(t, "/machines")
+		admin.do(t, "back at the login", chromedp.WaitVisible(chromedp.ID("token")))
+		admin.clean(t, "after logout")
+	})
+
+	t.Run("an expired session is refused", func(t *testing.T) {
+		var tk api.Token
+		if st := rg.api(t, rg.admin, "POST", "/api/v1/tokens", api.CreateToken{Name: "brief", Expires: "10s"}, &tk); st != http.StatusCreated {
+			t.Fatalf("create token: %d", st)
+		}
+		short := rg.tab(t, chrome)
+		short.login(t, tk.Token)
+		cookie := short.sessionCookie(t)
+		if cookie == "" {
+			t.Fatal("no session cookie")
+		}
+		// Wait (bounded) until the API itself no longer takes the token.
+		short.waitJS(t, "the token expires", `fetch("/api/v1/version", {headers: {"Authorization": "Bearer `+tk.Token+`"}}).then(function(r){return r.status===401})`)
+		if st, loc := replay(t, rg.url, cookie); st != http.StatusSeeOther || !strings.HasPrefix(loc, "/login") {
+			t.Errorf("the expired session's cookie: %d %q, want a redirect to the login", st, loc)
+		}
+		short.open(t, "/machines")
+		short.do(t, "back at the login", chromedp.WaitVisible(chromedp.ID("token")))
+		only(t, short, "401")
+		short.clean(t, "expired session")
+	})
+}
