@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
@@ -66,6 +67,23 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	// the CPU of a DHCP exchange (bench-dhcp). GOGC, when set, wins.
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
+	}
+	// Each DHCP socket's reader waits in a blocking read (outside Go's
+	// poller: one system call per batch of packets), and holds one of Go's
+	// processors while it waits. With only as many processors as CPUs,
+	// a lease commit's fsync leaves none idle, and the runtime keeps
+	// taking processors away from the threads in system calls and handing
+	// them on. One more processor per socket keeps a CPU's worth for the
+	// rest. bench-dhcp, 2 CPUs under load 8-11, 6 interleaved pairs: CPU
+	// per DORA at 8,000/s 112-150 µs against 121-176 (lower in 5 of 6), at
+	// 2,000/s 158-238 against 154-228 (lower in 4 of 6); fewer context
+	// switches per DORA in 9 of 12 runs. GOMAXPROCS, when set, wins.
+	if getenv("GOMAXPROCS") == "" {
+		if addrs, _, err := cfg.dhcpAddrs(); err == nil {
+			if n := len(cfg.DHCP.Interfaces) + len(addrs); n > 0 {
+				runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + n)
+			}
+		}
 	}
 	log := newLogger(cfg, stderr)
 	a, err := New(cfg, log)
