@@ -177,6 +177,13 @@ bench-metadata: build
 	@bash bench/metadata/deps.sh
 	$(GO) run ./bench/metadata -rackd bin/rackd $(BENCH_METADATA_FLAGS)
 
+## bench-ui: the web UI with 10k machines: the machine list's first page vs GET /api/v1/machines,
+##   a state change to 100 live streams, rackd's RSS (loopback)
+##   flags through BENCH_UI_FLAGS, e.g. make bench-ui BENCH_UI_FLAGS='-changes 500'
+.PHONY: bench-ui
+bench-ui: build
+	$(GO) run ./bench/ui -rackd bin/rackd $(BENCH_UI_FLAGS)
+
 ## bench-power: the power queue against 1,000 simulated BMCs (50 ms a command), 5,000 requests
 ##   flags through BENCH_POWER_FLAGS, e.g. make bench-power BENCH_POWER_FLAGS='-p 64 -reps 5'
 .PHONY: bench-power
