@@ -2,19 +2,19 @@
 // binary, as a child process, on loopback) holding 10,000 machines. It
 // prints progress, then one line:
 //
-//	RESULT machines_page_10k_p99_ms=<n> api_list_10k_p99_ms=<n> ratio=<page/api> live_update_p99_ms=<n> sse_clients=<n>
+//		RESULT machines_page_10k_p99_ms=<n> api_list_10k_p99_ms=<n> ratio=<page/api> live_update_p99_ms=<n> sse_clients=<n>
 //
-//   - The machine list's first page (GET /machines, logged in, 100 rows of
-//     10,000) against the JSON GET /api/v1/machines (all 10,000) in the
-//     same run, requests interleaved one for one on one connection each;
-//     the time is the whole answer's, from the request's start to its last
-//     byte. ratio is the page's median over the API's median.
-//   - Live updates: -clients streams of /events stay connected; each of
-//     -changes state changes (mark-broken, mark-fixed in turn, through the
-//     API) is timed from the start of its API request to the moment the
-//     last of the streams has its event; the p99 of those.
-//   - rackd's resident memory with the streams connected, and the machine's
-//     load (uptime) before and after, are printed before the RESULT line.
+//	  - The machine list's first page (GET /machines, logged in, 100 rows of
+//	    10,000) against the JSON GET /api/v1/machines (all 10,000) in the
+//	    same run, requests interleaved one for one on one connection each;
+//	    the time is the whole answer's, from the request's start to its last
+//	    byte. ratio is the page's median over the API's median.
+//	  - Live updates: -clients streams of /events stay connected; each of
+//	    -changes state changes (mark-broken, mark-fixed in turn, through the
+//	    API) is timed from the start of its API request to the moment the
+//	    last of the streams has its event; the p99 of those.
+//	  - rackd's resident memory with the streams connected, and the machine's
+//	    load (uptime) before and after, are printed before the RESULT line.
 //
 // Every loop is bounded in count and time, only loopback is used, and the
 // rackd child (by its PID) and its state directory are removed at the end.
