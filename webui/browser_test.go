@@ -8,15 +8,21 @@ package webui_test
 // logged on any page fails the test.
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,6 +103,10 @@ type tab struct {
 	mu       sync.Mutex
 	problems []string
 	dialogs  []string
+	// dismiss: confirmation dialogs are answered "cancel" (else "OK").
+	dismiss atomic.Bool
+	// dialog has a value when a dialog opened.
+	dialog chan struct{}
 	// reported has a value when the console has said something new.
 	reported chan struct{}
 }
@@ -105,7 +115,7 @@ func (rg *rig) tab(t *testing.T, chrome context.Context) *tab {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(chrome, chromedp.WithNewBrowserContext())
 	t.Cleanup(cancel)
-	tb := &tab{t: t, ctx: ctx, base: rg.url, reported: make(chan struct{}, 1)}
+	tb := &tab{t: t, ctx: ctx, base: rg.url, reported: make(chan struct{}, 1), dialog: make(chan struct{}, 1)}
 	// Listen opens the tab; the func runs on the tab's reading goroutine
 	// and must not block.
 	err := chromedp.Listen(ctx, func(ev any) {
@@ -135,7 +145,11 @@ func (rg *rig) tab(t *testing.T, chrome context.Context) *tab {
 			tb.mu.Unlock()
 			// Dismiss it, or the page stays blocked; the test decides
 			// whether a dialog was wanted.
-			accept := ev.Type == cdppage.DialogTypeConfirm
+			select {
+			case tb.dialog <- struct{}{}:
+			default:
+			}
+			accept := ev.Type == cdppage.DialogTypeConfirm && !tb.dismiss.Load()
 			go chromedp.Call(ctx, cdppage.HandleJavaScriptDialog, cdppage.HandleJavaScriptDialogParams{Accept: accept})
 		}
 	})
@@ -588,6 +602,90 @@ func TestBrowser(t *testing.T) {
 		}
 		only(t, bob, "403")
 		bob.clean(t, "forged request")
+	})
+
+	t.Run("a confirmation dialog guards a revocation", func(t *testing.T) {
+		var tk api.Token
+		if st := rg.api(t, rg.admin, "POST", "/api/v1/tokens", api.CreateToken{Name: "doomed"}, &tk); st != http.StatusCreated {
+			t.Fatalf("create token: %d", st)
+		}
+		revoke := `form[action="/tokens/` + tk.ID + `/revoke"] button`
+		waitDialog := func(t *testing.T) {
+			t.Helper()
+			select {
+			case <-admin.dialog:
+			case <-time.After(waitFor):
+				t.Fatal("no confirmation dialog")
+			}
+			if d := admin.takeDialogs(); len(d) != 1 || !strings.Contains(d[0], "Revoke token doomed?") {
+				t.Errorf("dialogs %q", d)
+			}
+		}
+		admin.open(t, "/users")
+		admin.dismiss.Store(true)
+		defer admin.dismiss.Store(false)
+		eval[bool](t, admin, `window.__sameDocument = true`)
+		admin.do(t, "revoke, then cancel", chromedp.Click(chromedp.CSS(revoke)))
+		waitDialog(t)
+		// Cancelled: the same page, the token alive.
+		if !eval[bool](t, admin, `window.__sameDocument === true`) {
+			t.Error("the form was sent although the dialog was cancelled")
+		}
+		if st := rg.api(t, tk.Token, "GET", "/api/v1/version", nil, nil); st != http.StatusOK {
+			t.Errorf("the token is refused (%d) after a cancelled revocation", st)
+		}
+		admin.dismiss.Store(false)
+		admin.do(t, "revoke, then OK", chromedp.Click(chromedp.CSS(revoke)))
+		waitDialog(t)
+		admin.do(t, "the revocation's notice", chromedp.WaitVisible(chromedp.CSS(`div[role="status"].notice`)))
+		if st := rg.api(t, tk.Token, "GET", "/api/v1/version", nil, nil); st != http.StatusUnauthorized {
+			t.Errorf("the revoked token: %d, want 401", st)
+		}
+		admin.clean(t, "/users")
+	})
+
+	t.Run("an image import's progress follows without a reload", func(t *testing.T) {
+		// A disk image served from loopback, its second half held back
+		// until the page shows the import running.
+		data := bytes.Repeat([]byte("rackd browser test disk image. "), 40000)
+		sum := sha256.Sum256(data)
+		release := make(chan struct{})
+		var once sync.Once
+		free := func() { once.Do(func() { close(release) }) }
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+			w.Write(data[:len(data)/2])
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			w.Write(data[len(data)/2:])
+		}))
+		defer srv.Close()
+		defer free()
+		admin.open(t, "/images")
+		admin.do(t, "import",
+			chromedp.SendKeys(chromedp.ID("im-url"), srv.URL+"/tiny.img"),
+			chromedp.SendKeys(chromedp.ID("im-sha"), hex.EncodeToString(sum[:])),
+			chromedp.Click(chromedp.CSS(`form[action="/images/import"] button`)),
+			chromedp.WaitVisible(chromedp.CSS(`#imports tr[data-state="running"]`)))
+		eval[bool](t, admin, `window.__sameDocument = true`)
+		free()
+		admin.do(t, "the import ends done on the page",
+			chromedp.WaitReady(chromedp.CSS(`#imports tr[data-state="done"]`)))
+		admin.waitJS(t, "the page says the imports finished", `document.getElementById("live").textContent.indexOf("Imports finished")===0`)
+		if !eval[bool](t, admin, `window.__sameDocument === true`) {
+			t.Error("the page was reloaded")
+		}
+		if full := eval[bool](t, admin, `(function(){var p=document.querySelector('#imports tr[data-state="done"] progress');return !!p && p.max>1 && p.value===p.max})()`); !full {
+			t.Error("the progress bar is not full once the import is done")
+		}
+		if st := admin.text(t, `#imports tr[data-state="done"] .istate`); st != "done" {
+			t.Errorf("the import's state cell says %q", st)
+		}
+		admin.clean(t, "/images")
 	})
 
 	t.Run("screenshots", func(t *testing.T) {
