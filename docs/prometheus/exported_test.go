@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"rackd/internal/netnstest"
 	"slices"
 	"strings"
 	"testing"
@@ -397,7 +398,7 @@ var grafanaVariables = strings.NewReplacer("$__rate_interval", "5m", "$__range",
 // file: a query Prometheus cannot parse shows no data and no error until
 // someone opens the panel.
 func TestDashboardQueriesParse(t *testing.T) {
-	promtool := requirePeer(t, "promtool")
+	promtool := netnstest.Tool(t, "promtool")
 	var rules []map[string]string
 	where := map[string]string{}
 	for i, q := range dashboardQueries(t, loadDashboard(t)) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"rackd/internal/netnstest"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,26 +20,10 @@ const (
 	dashboardFile = "../grafana/rackd.json"
 )
 
-// requirePeer finds a real peer program. Where the tests are expected to have
-// every peer (CI, or root, which `make test` provisions) a missing one fails
-// the test; elsewhere it skips with the reason.
-func requirePeer(t *testing.T, name string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err == nil {
-		return path
-	}
-	if os.Getenv("CI") != "" || os.Geteuid() == 0 {
-		t.Fatalf("%s not found: `make test-deps` installs it (Debian package prometheus)", name)
-	}
-	t.Skipf("%s not found and not root: run `make test-deps` as root to install it", name)
-	return ""
-}
-
 // TestRulesPromtool checks the rules with Prometheus' own promtool, and runs
 // their unit tests (synthetic series, each alert firing and not firing).
 func TestRulesPromtool(t *testing.T) {
-	promtool := requirePeer(t, "promtool")
+	promtool := netnstest.Tool(t, "promtool")
 	for _, args := range [][]string{{"check", "rules", rulesFile}, {"test", "rules", rulesTestFile}} {
 		cmd := exec.Command(promtool, args...)
 		var out bytes.Buffer
