@@ -26,18 +26,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"rackd/bench/internal/benchrackd"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -130,50 +129,13 @@ func median(v []float64) float64 {
 // startRackd runs the rackd binary on a free loopback port until stop.
 func startRackd(ctx context.Context, bin, work string) (string, func(), error) {
 	rackdPID = 0
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := benchrackd.Start(ctx, bin, work, "log_level = \"warn\"\n[enlist]\nrate_limit = 1e12\nrate_burst = 1000000000\n", 10*time.Second)
 	if err != nil {
 		return "", nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := filepath.Join(work, "rackd.toml")
-	if err := os.WriteFile(cfg, []byte("log_level = \"warn\"\n[enlist]\nrate_limit = 1e12\nrate_burst = 1000000000\n"), 0o644); err != nil {
-		return "", nil, err
-	}
-	cmd := exec.CommandContext(ctx, bin, "serve", "--config", cfg, "--state-dir", filepath.Join(work, "state"), "--listen", addr)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	rackdPID = cmd.Process.Pid
-	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}
-	base := "http://" + addr
-	for i := 0; ; i++ {
-		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if i == 100 {
-			stop()
-			return "", nil, fmt.Errorf("rackd did not answer /healthz on %s within 10s: %v", addr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	fmt.Printf("bench-metadata: rackd %s serving on %s\n", bin, addr)
-	return base, stop, nil
+	rackdPID = r.PID
+	fmt.Printf("bench-metadata: rackd %s serving on %s\n", bin, strings.TrimPrefix(r.Base, "http://"))
+	return r.Base, r.Stop, nil
 }
 
 // mac is machine i's MAC number n (0 or 1); the Lua script computes the

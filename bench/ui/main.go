@@ -29,19 +29,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"rackd/bench/internal/benchrackd"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -128,50 +127,12 @@ func uptime() string {
 
 // startRackd runs the rackd binary on a free loopback port until stop.
 func startRackd(ctx context.Context, bin, work string) (string, int, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := benchrackd.Start(ctx, bin, work, "log_level = \"warn\"\nname = \"bench\"\n", 30*time.Second)
 	if err != nil {
 		return "", 0, nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := filepath.Join(work, "rackd.toml")
-	if err := os.WriteFile(cfg, []byte("log_level = \"warn\"\nname = \"bench\"\n"), 0o644); err != nil {
-		return "", 0, nil, err
-	}
-	cmd := exec.CommandContext(ctx, bin, "serve", "--config", cfg, "--state-dir", filepath.Join(work, "state"), "--listen", addr)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return "", 0, nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}
-	base := "http://" + addr
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", 0, nil, fmt.Errorf("rackd did not answer /healthz on %s within 30s: %v", addr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	fmt.Printf("bench-ui: rackd %s (pid %d) serving on %s\n", bin, cmd.Process.Pid, addr)
-	return base, cmd.Process.Pid, stop, nil
+	fmt.Printf("bench-ui: rackd %s (pid %d) serving on %s\n", bin, r.PID, strings.TrimPrefix(r.Base, "http://"))
+	return r.Base, r.PID, r.Stop, nil
 }
 
 // state spreads the machines over the states rackd creates directly.
