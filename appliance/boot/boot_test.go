@@ -482,10 +482,12 @@ func TestSupervisorRestartsUntilStopCode(t *testing.T) {
 	// Exits 3 twice, then with the stop code.
 	script := fmt.Sprintf(`n=$(cat %[1]s 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s; echo "run $n"; [ $n -ge 3 ] && exit 100; exit 3`, counter)
 	var pauses []time.Duration
+	var told []int
 	var out strings.Builder
 	s := &Supervisor{
 		Command: sh(script), Out: &out, Backoff: DefaultBackoff, StopCode: 100,
-		Sleep: func(_ context.Context, d time.Duration) error { pauses = append(pauses, d); return nil },
+		Sleep:  func(_ context.Context, d time.Duration) error { pauses = append(pauses, d); return nil },
+		OnExit: func(n int) { told = append(told, n) },
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -494,6 +496,10 @@ func TestSupervisorRestartsUntilStopCode(t *testing.T) {
 	}
 	if !reflect.DeepEqual(pauses, []time.Duration{time.Second, 2 * time.Second}) {
 		t.Fatalf("pauses %v, want 1s 2s", pauses)
+	}
+	// The stop code's exit is not a crash: OnExit hears only the two others.
+	if !reflect.DeepEqual(told, []int{1, 2}) {
+		t.Fatalf("OnExit told %v, want [1 2]", told)
 	}
 	if n, last := s.Exits(); n != 3 || last != "exit code 100" {
 		t.Fatalf("exits %d %q", n, last)

@@ -85,6 +85,9 @@ type Supervisor struct {
 	Log func(format string, a ...any)
 	// Sleep waits (tests make it instant); nil is a timer bounded by ctx.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// OnExit, when set, is told the number of exits so far each time the
+	// program exits other than with StopCode, before the pause.
+	OnExit func(exits int)
 
 	mu       sync.Mutex
 	exits    int
@@ -158,7 +161,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		if err != nil {
 			why = err.Error()
 		}
-		s.recordExit(why)
+		if n := s.recordExit(why); s.OnExit != nil {
+			s.OnExit(n)
+		}
 		pause = s.Backoff.Next(pause, uptime)
 		logf("%s: %s after %s; restarting in %s", cmd.Path, why, uptime.Round(time.Millisecond), pause)
 		if err := sleep(ctx, pause); err != nil {
@@ -173,11 +178,12 @@ func (s *Supervisor) setUp(up bool) {
 	s.mu.Unlock()
 }
 
-func (s *Supervisor) recordExit(why string) {
+func (s *Supervisor) recordExit(why string) int {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.exits++
 	s.lastExit = why
-	s.mu.Unlock()
+	return s.exits
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

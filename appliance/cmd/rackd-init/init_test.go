@@ -334,6 +334,18 @@ func TestApplianceBoots(t *testing.T) {
 		t.Fatalf("status after a failed trial: %+v %+v", st, st.LastUpdate)
 	}
 
+	// 2a. The same crashing rackd with a health window far longer than the
+	// test's own bound: the trial fails once rackd exited TrialExitLimit
+	// times, without waiting for the window.
+	r.setEnv(t, map[string]string{"rackd_good": "b", "rackd_try": "a", "rackd_tries": "0"})
+	out, code = r.boot(t, box, "rackd.slot=a rackd.trial=1 rackd.health_window=1h", "crash", "", nil)
+	if code != appliance.ExitReboot || !strings.Contains(out, fmt.Sprintf("trial of slot a failed: rackd exited %d times without becoming healthy: rackd exited %[1]d times", TrialExitLimit)) {
+		t.Fatalf("a crash-looping trial with a long window: exit code %d:\n%s", code, out)
+	}
+	if u := r.status(t).LastUpdate; u == nil || u.Result != appliance.ResultFailed || !strings.Contains(u.Reason, "schema 99 is newer than this build") {
+		t.Fatalf("status after a crash-looping trial: %+v", u)
+	}
+
 	// 2b. Again with a rackd that runs but never binds its DHCP interface:
 	// the reason is /healthz's.
 	r.setEnv(t, map[string]string{"rackd_good": "b", "rackd_try": "a", "rackd_tries": "0"})

@@ -583,7 +583,18 @@ func (s *initState) serve(ctx context.Context, rot *boot.RotatingFile, outcome a
 	tail := &boot.Tail{Lines: 5}
 	supCtx, stopSup := context.WithCancel(ctx)
 	defer stopSup()
+	// A trial slot whose rackd keeps exiting fails without waiting for
+	// the health window (TrialExitLimit).
+	crashLoop := make(chan struct{}, 1)
 	sup := &boot.Supervisor{
+		OnExit: func(n int) {
+			if n >= TrialExitLimit {
+				select {
+				case crashLoop <- struct{}{}:
+				default:
+				}
+			}
+		},
 		Command: func(ctx context.Context) *exec.Cmd {
 			cmd := exec.CommandContext(ctx, s.o.rackd, "serve", "--config", s.data.Path(boot.RackdConfigFile))
 			cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -603,11 +614,31 @@ func (s *initState) serve(ctx context.Context, rot *boot.RotatingFile, outcome a
 	if s.cmdline.HealthWindow > 0 {
 		window = s.cmdline.HealthWindow
 	}
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	defer stopHealth()
+	// trialDecided: the trial slot became the good one (or failed): later
+	// exits are those of a good slot's rackd, restarted for ever.
+	trialDecided := false
+	// failTrial records why (the status file's reason) and reboots to the
+	// good slot; seen is what the console says was seen.
+	failTrial := func(seen, why string) (int, error) {
+		trialDecided = true
+		s.say("trial of slot %s failed: %s: %s", s.booted, seen, why)
+		if _, err := appliance.UpdateStatus(s.data.Path(boot.StatusFile), func(st *appliance.Status) error {
+			*st = appliance.RecordTrialFailed(*st, s.booted, why, time.Now().UTC())
+			return nil
+		}); err != nil {
+			s.say("status file: %v", err)
+		}
+		// rackd stops before the file systems it writes are unmounted.
+		stopHealth()
+		stopSup()
+		<-supDone
+		return s.shutdown(haltReboot)
+	}
 	port := listenPort(s.data.Path(boot.RackdConfigFile))
 	s.disarmWatchdog = s.startWatchdog(ctx, start, window, port)
 	powerKey := s.watchPowerKey()
-	healthCtx, stopHealth := context.WithCancel(ctx)
-	defer stopHealth()
 	healthDone := make(chan error, 1)
 	client := &http.Client{Timeout: 10 * time.Second}
 	go func() {
@@ -633,6 +664,7 @@ func (s *initState) serve(ctx context.Context, rot *boot.RotatingFile, outcome a
 		case err := <-healthDone:
 			healthDone = nil
 			if err == nil {
+				trialDecided = true
 				s.healthy(ctx, port, outcome)
 				continue
 			}
@@ -648,21 +680,25 @@ func (s *initState) serve(ctx context.Context, rot *boot.RotatingFile, outcome a
 				}()
 				continue
 			}
-			s.say("trial of slot %s failed: not healthy within %s: %s", s.booted, window, why)
-			if _, err := appliance.UpdateStatus(s.data.Path(boot.StatusFile), func(st *appliance.Status) error {
-				*st = appliance.RecordTrialFailed(*st, s.booted, why, time.Now().UTC())
-				return nil
-			}); err != nil {
-				s.say("status file: %v", err)
+			return failTrial(fmt.Sprintf("not healthy within %s", window), why)
+		case <-crashLoop:
+			if outcome != appliance.BootTrial || trialDecided {
+				continue
 			}
-			// rackd stops before the file systems it writes are
-			// unmounted.
-			stopSup()
-			<-supDone
-			return s.shutdown(haltReboot)
+			n, last := sup.Exits()
+			return failTrial(fmt.Sprintf("rackd exited %d times without becoming healthy", n),
+				oneLine(fmt.Sprintf("rackd exited %d times (last: %s): %s", n, last, tail.String())))
 		}
 	}
 }
+
+// TrialExitLimit is how many times a trial slot's rackd may exit before it
+// was ever healthy: at that many the trial fails at once instead of
+// waiting out the health window. A rackd that exits at start (a schema it
+// cannot open, a config it refuses) does so on every restart, and the
+// backoff's pauses (1+2+4+8 s) already gave it a quarter of a minute to
+// come up; waiting minutes more only keeps the rack without its agent.
+const TrialExitLimit = 5
 
 // whyUnhealthy is the status file's reason for a rackd that did not become
 // healthy: how often it exited and its last lines, else /healthz's answer.
