@@ -70,6 +70,12 @@ type Options struct {
 	BootCmd []string
 	// StartTimeout bounds the wait for readiness (default 10 s).
 	StartTimeout time.Duration
+	// SOL, when set, is the machine's serial port behind the BMC's
+	// Serial-over-LAN, in ipmi_sim's form "tcp:HOST:PORT": the BMC connects
+	// to it when a client activates SOL (a QEMU "-serial
+	// tcp:HOST:PORT,server=on,wait=off", or a test's own listener standing
+	// for one) and relays the bytes both ways.
+	SOL string
 }
 
 // Sim is one running ipmi_sim.
@@ -244,6 +250,9 @@ set_working_mc 0x20
   chassis_control "%s %s"
 user 2 true %q %q admin 10 none md2 md5 straight
 `, s.Host, s.Port, guid, hook, state, s.User, s.Password)
+	if s.opts.SOL != "" {
+		lan += fmt.Sprintf("sol %q 115200\n", s.opts.SOL)
+	}
 	emu := `mc_setbmc 0x20
 mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr
 sel_enable 0x20 1000 0x0a
