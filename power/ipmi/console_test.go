@@ -228,4 +228,3 @@ func TestConsoleSOL(t *testing.T) {
 		return err == nil && n <= d.Stats().Opened-d.Stats().Closed
 	})
 }
-
