@@ -42,15 +42,14 @@ func (d *Driver) Console(ctx context.Context, t power.Target, in io.Reader, out 
 	if err != nil {
 		return fmt.Errorf("%w: %v", power.ErrUnsupported, err)
 	}
-	cipher := cipherOf(t)
-	if !allowedCipherSuites[cipher] {
-		return fmt.Errorf("%w: cipher suite %d does not encrypt; use 3 (default) or 17, or 8 or 12", power.ErrUnsupported, cipher)
-	}
-	c, err := client.NewClient(host, port, t.Username, t.Password)
+	// SOL is IPMI 2.0: the suite must encrypt whatever the driver's version.
+	c, _, err := d.newClient(host, port, t, false)
 	if err != nil {
+		if errors.Is(err, power.ErrUnsupported) {
+			return err
+		}
 		return fmt.Errorf("console: %w", err)
 	}
-	c.WithTimeout(d.opts.Timeout / 4).WithRetry(1).WithCipherSuiteID(types.CipherSuiteID(cipher))
 	setup, cancel := context.WithTimeout(ctx, d.opts.Timeout)
 	err = c.Connect(setup)
 	cancel()

@@ -325,17 +325,28 @@ func (d *Driver) get(t power.Target) (*bmc, error) {
 // idea on a management network (0 is the well-known no-password hole).
 var allowedCipherSuites = map[int]bool{3: true, 8: true, 12: true, 17: true}
 
+// newClient is a go-ipmi client for t's BMC at host:port with the driver's
+// timeouts and t's cipher suite, refused unless the suite encrypts (IPMI 1.5,
+// plain, has no suites to check). It returns the suite.
+func (d *Driver) newClient(host string, port int, t power.Target, plain bool) (*client.Client, int, error) {
+	cipher := cipherOf(t)
+	if !allowedCipherSuites[cipher] && !plain {
+		return nil, 0, fmt.Errorf("%w: cipher suite %d does not encrypt; use 3 (default) or 17, or 8 or 12", power.ErrUnsupported, cipher)
+	}
+	c, err := client.NewClient(host, port, t.Username, t.Password)
+	if err != nil {
+		return nil, 0, err
+	}
+	c.WithTimeout(d.opts.Timeout / 4).WithRetry(1).WithCipherSuiteID(types.CipherSuiteID(cipher))
+	return c, cipher, nil
+}
+
 // connect opens a session to b as t says, within ctx. Caller holds b.turn.
 func (d *Driver) connect(ctx context.Context, b *bmc, t power.Target) error {
-	cipher := cipherOf(t)
-	if !allowedCipherSuites[cipher] && d.opts.Version != "1.5" {
-		return fmt.Errorf("%w: cipher suite %d does not encrypt; use 3 (default) or 17, or 8 or 12", power.ErrUnsupported, cipher)
-	}
-	c, err := client.NewClient(b.host, b.port, t.Username, t.Password)
+	c, cipher, err := d.newClient(b.host, b.port, t, d.opts.Version == "1.5")
 	if err != nil {
 		return err
 	}
-	c.WithTimeout(d.opts.Timeout / 4).WithRetry(1).WithCipherSuiteID(types.CipherSuiteID(cipher))
 	d.count(func(s *Stats) { s.Opened++ })
 	switch d.opts.Version {
 	case "1.5":
