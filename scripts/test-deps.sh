@@ -21,6 +21,7 @@ qemu-system-x86_64 qemu-system-x86
 depmod kmod
 ipmi_sim openipmi
 ipmitool ipmitool
+redfishtool redfishtool
 ssh-keygen openssh-client
 xz xz-utils
 zstd zstd
@@ -57,6 +58,7 @@ done <<'LIST'
 /usr/lib/ipxe/qemu/efi-virtio.rom ipxe-qemu
 /usr/share/OVMF/OVMF_CODE_4M.fd ovmf
 /usr/lib/grub/x86_64-efi/http.mod grub-efi-amd64-bin
+/usr/lib/python3/dist-packages/sushy/__init__.py python3-sushy
 LIST
 
 if [ ${#need[@]} -eq 0 ]; then
