@@ -7,11 +7,11 @@
 #     boots the same image from its disk under SeaBIOS.
 #   - the appliance image's tests of package e2e/appliance (TestApplianceBoot
 #     under OVMF, TestApplianceLifecycle: enlistment through the appliance,
-#     refused bundles, an update, a rollback, a power loss;
-#     RACKD_E2E_APPLIANCE=1). The SeaBIOS boot of the appliance is left to
-#     make e2e-appliance: this run is the longest of make test (three image
-#     builds and a dozen boots under TCG), and make test must stay within
-#     half an hour on two cores.
+#     refused bundles, an update, a rollback; RACKD_E2E_APPLIANCE=1). The
+#     SeaBIOS boot of the appliance and the power loss in the middle of an
+#     update (TestAppliancePowerLoss) are left to make e2e-appliance: this
+#     run is the longest of make test (three image builds and a dozen boots
+#     under TCG), and make test must stay within half an hour on two cores.
 # They spend most of their time in QEMU under TCG, mostly waiting on the VM:
 # run after the rest of the suite they would double make test's time, run
 # beside it they overlap it.

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"rackd/internal/netnstest"
 )
 
@@ -221,8 +223,8 @@ func (a *appliance) update(file string, args ...string) (string, error) {
 // TestApplianceLifecycle: on one appliance under OVMF, a machine PXE-boots
 // from it and enlists; bad bundles are refused with nothing written; an
 // update to B keeps the state and marks B good; a broken update rolls back
-// by itself; a power loss in the middle of writing a slot leaves the
-// appliance on its good slot, and the retried update succeeds.
+// by itself. The power loss in the middle of an update is
+// TestAppliancePowerLoss.
 func TestApplianceLifecycle(t *testing.T) {
 	requireApplianceE2E(t)
 	imgA, bundleB, broken := image(t, variantA), image(t, variantB), image(t, variantBroken)
@@ -342,11 +344,36 @@ func TestApplianceLifecycle(t *testing.T) {
 	if _, ok := a.machineByMAC(pxeMAC); !ok {
 		t.Fatal("the rollback lost the enlisted machine")
 	}
+}
 
-	// 5. Power loss while slot A is written: B's bundle streamed slowly,
+// TestAppliancePowerLoss: a power loss in the middle of writing the
+// inactive slot leaves the appliance on its good slot with its state, and
+// the retried update succeeds. It boots an appliance of its own so that
+// make test can leave it to make e2e-appliance (two boots and a slow
+// upload under TCG).
+func TestAppliancePowerLoss(t *testing.T) {
+	requireApplianceE2E(t)
+	imgA, bundleB := image(t, variantA), image(t, variantB)
+	r := newRig(t)
+	d := disk(t, imgA.img, 1536)
+	parts := partitions(t, d)
+	// Slot B holds a copy of A, and the first half of B's payload is
+	// mostly the same bytes: with the slot emptied, what the interrupted
+	// update wrote shows on the disk file before the power is cut.
+	punch(t, d, parts["rackd-b"])
+	a := r.boot(d, true)
+	a.up(1, "a", variantA.version)
+	// A record the power loss must not lose.
+	const mac = "52:54:00:42:00:98"
+	if out, err := a.cli(time.Minute, "machines", "add", "--hostname", "kept", "--mac", mac); err != nil {
+		t.Fatalf("machines add: %v\n%s", err, out)
+	}
+	b := readBundle(t, bundleB.bundle)
+
+	// Power loss while slot B is written: B's bundle streamed slowly,
 	// QEMU killed with half of it sent.
 	half := len(b.raw) / 2
-	was := digest(t, d, parts["rackd-a"])
+	was := digest(t, d, parts["rackd-b"])
 	g := &gate{sent: make(chan struct{}), stop: make(chan struct{})}
 	body := io.MultiReader(bytes.NewReader(b.raw[:half]), g)
 	done := make(chan error, 1)
@@ -373,27 +400,43 @@ func TestApplianceLifecycle(t *testing.T) {
 	}
 	// The appliance writes as the bytes arrive; give it a moment's worth
 	// of them on the disk (bounded: a condition, not a race to win).
-	waitChanged(t, d, parts["rackd-a"], was, time.Minute)
+	waitChanged(t, d, parts["rackd-b"], was, time.Minute)
 	a.powerLoss()
 	// The client's transport waits for its body writer: end the body,
 	// or the request never returns.
 	close(g.stop)
 	<-done
 	a.launch()
-	a.up(1, "b", variantB.version)
-	if st := a.status(); st.Booted != "b" || st.Slots["b"].State != "good" {
+	a.up(1, "a", variantA.version)
+	if st := a.status(); st.Booted != "a" || st.Slots["a"].State != "good" {
 		t.Fatalf("after the power loss: %+v", st)
 	}
-	if _, ok := a.machineByMAC(pxeMAC); !ok {
-		t.Fatal("the power loss lost the enlisted machine")
+	if _, ok := a.machineByMAC(mac); !ok {
+		t.Fatal("the power loss lost the machine added before it")
 	}
 	// The retried update succeeds.
 	if out, err := a.update(bundleB.bundle); err != nil {
 		t.Fatalf("retried update: %v\n%s", err, out)
 	}
-	a.up(2, "a", variantB.version)
-	if st := a.status(); st.Booted != "a" || st.Slots["a"].State != "good" || st.LastUpdate == nil || st.LastUpdate.Result != "good" {
+	a.up(2, "b", variantB.version)
+	if st := a.status(); st.Booted != "b" || st.Slots["b"].State != "good" || st.LastUpdate == nil || st.LastUpdate.Result != "good" {
 		t.Fatalf("after the retried update: %+v", st)
+	}
+	if _, ok := a.machineByMAC(mac); !ok {
+		t.Fatal("the retried update lost the machine")
+	}
+}
+
+// punch empties partition p of the disk file (a hole: reads give zeros).
+func punch(t *testing.T, file string, p partition) {
+	t.Helper()
+	f, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, p.start, p.size); err != nil {
+		t.Fatalf("empty the partition at %d of %s: %v", p.start, file, err)
 	}
 }
 
