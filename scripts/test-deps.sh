@@ -50,6 +50,7 @@ readelf binutils
 openssl openssl
 dnsmasq dnsmasq-base
 chromium chromium
+etcd etcd-server
 LIST
 # file -> the Debian package that has it (firmware the VM tests boot)
 while read -r file pkg; do
