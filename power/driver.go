@@ -109,6 +109,22 @@ type Target struct {
 	Password string
 	// CipherSuite is the IPMI 2.0 cipher suite (0 means the driver's default).
 	CipherSuite int
+	// TLSFingerprint is the pinned SHA-256 of the BMC's TLS certificate
+	// (lower-case hex), for drivers that speak TLS: a BMC presenting another
+	// certificate is refused. Empty: the first certificate seen is trusted
+	// and reported through Pin (trust on first use), then enforced.
+	TLSFingerprint string
+	// InsecureTLS is the operator's explicit choice not to check the BMC's
+	// certificate at all. Never implied.
+	InsecureTLS bool
+	// BootMode is the firmware mode the machine boots in, "uefi" or
+	// "legacy"; empty leaves it as the BMC says.
+	BootMode string
+	// Pin, when set, records the certificate fingerprint a driver trusted
+	// on first use (where the machine's power parameters live); the command
+	// is refused if it fails. Unset, the driver remembers pins itself for
+	// its lifetime.
+	Pin func(ctx context.Context, fingerprint string) error
 }
 
 // Driver talks to one kind of BMC. Every method is bounded by ctx and by the
