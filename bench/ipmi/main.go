@@ -33,7 +33,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +41,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"rackd/agent/api"
+	"rackd/bench/internal/powerbench"
 	"rackd/internal/ipmisim"
 	"rackd/power"
 	"rackd/power/ipmi"
@@ -108,18 +109,22 @@ func run() error {
 	}
 
 	fmt.Println("starting rackd with one machine per BMC")
-	rd, err := startRackd(ctx, sims)
+	bmcs := make([]api.PowerParams, len(sims))
+	for i, s := range sims {
+		bmcs[i] = api.PowerParams{Driver: "ipmi", Address: s.Addr, Username: s.User, Password: s.Password}
+	}
+	fleet, err := powerbench.Start(ctx, "bmc", bmcs)
 	if err != nil {
 		return err
 	}
-	defer rd.stop()
+	defer fleet.Stop()
 
 	var viaRackd, cold, warm, loop []float64
 	for r := range *reps {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		rk, err := rd.round(ctx, sims, want)
+		rk, err := fleet.Query(ctx, "bench-ipmi", func(i int) string { return want(i).String() })
 		if err != nil {
 			return fmt.Errorf("rackd round %d: %w", r, err)
 		}
@@ -134,7 +139,7 @@ func run() error {
 		viaRackd, cold, warm, loop = append(viaRackd, rk), append(cold, c), append(warm, w), append(loop, l)
 		fmt.Printf("round %d: rackd API %.3fs, driver cold %.3fs warm %.3fs, ipmitool loop %.3fs\n", r+1, rk, c, w, l)
 	}
-	mr, mc, mw, ml := median(viaRackd), median(cold), median(warm), median(loop)
+	mr, mc, mw, ml := powerbench.Median(viaRackd), powerbench.Median(cold), powerbench.Median(warm), powerbench.Median(loop)
 	fmt.Printf("medians over %d rounds, %d BMCs: through rackd %.3fs; driver alone cold %.3fs, warm %.3fs (concurrency %d); ipmitool loop %.3fs (%.1f ms per BMC)\n",
 		*reps, *n, mr, mc, mw, *conc, ml, ml*1000/float64(*n))
 	fmt.Printf("RESULT ipmi_status_all_s=%.3f ipmitool_loop_s=%.3f ratio=%.1f\n", mr, ml, ml/mr)
@@ -207,10 +212,4 @@ func ipmitoolRound(ctx context.Context, sims []*ipmisim.Sim, want func(int) powe
 		}
 	}
 	return took, nil
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
