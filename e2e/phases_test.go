@@ -22,6 +22,7 @@ import (
 	"rackd/agent/api"
 	"rackd/internal/ipmisim"
 	"rackd/internal/netnstest"
+	"rackd/internal/redfishsim"
 )
 
 // Commissioning, deployment and release on a real VM powered by a real BMC: an ipmi_sim BMC whose power
@@ -93,13 +94,15 @@ func rawImage(t *testing.T, name, marker string, seed uint64) (dir, sum string) 
 	return dir, sum
 }
 
-// bmcVM is a VM behind an ipmi_sim BMC.
+// bmcVM is a VM behind a BMC: an ipmi_sim BMC (sim), or a simulated
+// Redfish BMC (redfish).
 type bmcVM struct {
-	t      *testing.T
-	sim    *ipmisim.Sim
-	serial string
-	disk   string
-	mac    string
+	t       *testing.T
+	sim     *ipmisim.Sim
+	redfish *redfishsim.Sim
+	serial  string
+	disk    string
+	mac     string
 }
 
 // newBMCVM prepares the VM (tap on the lab's bridge, a disk file, the
@@ -114,8 +117,65 @@ func newBMCVM(t *testing.T, l *lab, memMB, cpus int) *bmcVM {
 // newBMCVMDisk is newBMCVM with a disk of diskBytes (a sparse file).
 func newBMCVMDisk(t *testing.T, l *lab, memMB, cpus int, diskBytes int64) *bmcVM {
 	t.Helper()
-	qemu := netnstest.Tool(t, "qemu-system-x86_64")
 	netnstest.Tool(t, "ipmi_sim")
+	v, argv := newVM(t, l, memMB, cpus, diskBytes)
+	err := l.ns.Do(func() error {
+		// Started from a thread inside the namespace, ipmi_sim (and
+		// the QEMU its hook starts) live there.
+		var err error
+		v.sim, err = ipmisim.New(ipmisim.Options{Addr: "127.0.0.1:623", Machine: argv})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("BMC: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("RACKD_E2E_CONSOLE") != "" {
+			t.Logf("serial console of the VM %s:\n%s", v.mac, v.text())
+			t.Logf("BMC hook log:\n%s", v.sim.HookLog())
+		}
+		if err := v.sim.Close(); err != nil {
+			t.Errorf("BMC: %v", err)
+		}
+	})
+	return v
+}
+
+// newRedfishVM is newBMCVM behind a simulated Redfish BMC (HTTPS, its own
+// self-signed certificate) listening on loopback inside the lab's
+// namespace, where rackd reaches it; its power-on starts QEMU inside the
+// namespace, where the VM's tap is.
+func newRedfishVM(t *testing.T, l *lab, memMB, cpus int) *bmcVM {
+	t.Helper()
+	v, argv := newVM(t, l, memMB, cpus, vmDiskBytes(t))
+	argv = append([]string{"ip", "netns", "exec", l.ns.Name}, argv...)
+	err := l.ns.Do(func() error {
+		// The listening socket is made here, inside the namespace.
+		var err error
+		v.redfish, err = redfishsim.New(redfishsim.Options{Password: "e2e-" + v.mac, Machine: argv})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Redfish BMC: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("RACKD_E2E_CONSOLE") != "" {
+			t.Logf("serial console of the VM %s:\n%s", v.mac, v.text())
+			t.Logf("the Redfish BMC's machine log:\n%s", v.redfish.MachineLog())
+		}
+		if err := v.redfish.Close(); err != nil {
+			t.Errorf("Redfish BMC: %v", err)
+		}
+	})
+	return v
+}
+
+// newVM prepares a VM (tap on the lab's bridge, a disk file of diskBytes,
+// the serial console appended to one file across power cycles) and returns
+// the QEMU command line a BMC's power-on runs.
+func newVM(t *testing.T, l *lab, memMB, cpus int, diskBytes int64) (*bmcVM, []string) {
+	t.Helper()
+	qemu := netnstest.Tool(t, "qemu-system-x86_64")
 	tap := netnstest.Name("rktap")
 	l.ns.IP("tuntap", "add", "dev", tap, "mode", "tap")
 	l.ns.Attach(tap, l.br)
@@ -140,26 +200,7 @@ func newBMCVMDisk(t *testing.T, l *lab, memMB, cpus int, diskBytes int64) *bmcVM
 		"-device", "virtio-net-pci,netdev=n0,bootindex=1,mac="+v.mac,
 		"-drive", "if=none,id=d0,format=raw,file="+v.disk,
 		"-device", "virtio-blk-pci,drive=d0,bootindex=2")
-	err = l.ns.Do(func() error {
-		// Started from a thread inside the namespace, ipmi_sim (and
-		// the QEMU its hook starts) live there.
-		var err error
-		v.sim, err = ipmisim.New(ipmisim.Options{Addr: "127.0.0.1:623", Machine: argv})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("BMC: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("RACKD_E2E_CONSOLE") != "" {
-			t.Logf("serial console of the VM %s:\n%s", v.mac, v.text())
-			t.Logf("BMC hook log:\n%s", v.sim.HookLog())
-		}
-		if err := v.sim.Close(); err != nil {
-			t.Errorf("BMC: %v", err)
-		}
-	})
-	return v
+	return v, argv
 }
 
 func (v *bmcVM) text() string {
@@ -192,12 +233,27 @@ func (v *bmcVM) waitConsole(s string, n int) {
 	}
 }
 
+// power is what the VM's BMC says of its power.
+func (v *bmcVM) power() (bool, error) {
+	if v.redfish != nil {
+		switch p := v.redfish.Power(); p {
+		case "On":
+			return true, nil
+		case "Off":
+			return false, nil
+		default:
+			return false, fmt.Errorf("the Redfish BMC says %q", p)
+		}
+	}
+	return v.sim.Power()
+}
+
 // waitPower waits (bounded) until the BMC says the VM is on or off.
 func (v *bmcVM) waitPower(on bool) {
 	v.t.Helper()
 	deadline := time.Now().Add(bootTimeout)
 	for {
-		got, err := v.sim.Power()
+		got, err := v.power()
 		if err == nil && got == on {
 			return
 		}
