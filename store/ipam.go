@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"rackd/store/kv"
 )
 
 // IPAMOptions tune address management.
@@ -398,7 +398,7 @@ func (t *Tx) subnets() ([]Subnet, error) {
 }
 
 // readSubnets decodes the subnets bucket.
-func readSubnets(tx *bolt.Tx) ([]Subnet, error) {
+func readSubnets(tx kv.Tx) ([]Subnet, error) {
 	var out []Subnet
 	err := tx.Bucket(bucketSubnets).ForEach(func(k, v []byte) error {
 		var sn Subnet
@@ -413,12 +413,12 @@ func readSubnets(tx *bolt.Tx) ([]Subnet, error) {
 
 // refreshSubnets reloads the subnets cache from the committed database
 // when an operation invalidated it.
-func (st *ipamState) refreshSubnets(db *bolt.DB) {
+func (st *ipamState) refreshSubnets(view viewFunc) {
 	if st.subnets.Load() != nil {
 		return
 	}
 	var list []Subnet
-	if err := db.View(func(tx *bolt.Tx) error {
+	if err := view(func(tx kv.Tx) error {
 		if tx.Bucket(bucketSubnets) == nil {
 			return nil
 		}
@@ -581,8 +581,8 @@ func (x *macIndex) has(mac string, ip netip.Addr) bool {
 }
 
 // loadMACs builds the MAC index from the addresses bucket.
-func (st *ipamState) loadMACs(db *bolt.DB) error {
-	return db.View(func(tx *bolt.Tx) error {
+func (st *ipamState) loadMACs(view viewFunc) error {
+	return view(func(tx kv.Tx) error {
 		b := tx.Bucket(bucketAddresses)
 		if b == nil {
 			return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"rackd/store/kv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -59,7 +60,7 @@ func TestMigrateFromSchema1(t *testing.T) {
 		t.Fatalf("invariants after migration:\n%v", err)
 	}
 	s.db.View(func(tx *bolt.Tx) error {
-		if got := schemaOf(tx); got != SchemaVersion {
+		if got := schemaOf(kv.Bolt(tx)); got != SchemaVersion {
 			t.Errorf("schema %d after migration, want %d", got, SchemaVersion)
 		}
 		if tx.Bucket(bucketAllocations) != nil {

@@ -764,7 +764,7 @@ func (t *Tx) checkPower(machines map[string]Machine, bad func(string, ...any)) {
 func (s *Store) OpenPowerCount() (int, error) {
 	n := 0
 	err := s.view(func(t *Tx) error {
-		n = t.tx.Bucket(bucketPowerOpen).Stats().KeyN
+		n = t.tx.Bucket(bucketPowerOpen).KeyN()
 		return nil
 	})
 	return n, err

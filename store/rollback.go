@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"rackd/internal/atomicfile"
+	"rackd/store/kv"
 )
 
 // A rackd that migrates the database to a newer schema first keeps a copy
@@ -123,7 +124,7 @@ func fileSchema(path string) (int, error) {
 	var v int
 	err = guard(func() error {
 		return db.View(func(tx *bolt.Tx) error {
-			v = schemaOf(tx)
+			v = schemaOf(kv.Bolt(tx))
 			return nil
 		})
 	})

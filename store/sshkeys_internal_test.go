@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"rackd/store/kv"
 	"strings"
 	"testing"
 
@@ -77,7 +78,7 @@ func TestMigrateToSSHKeys(t *testing.T) {
 	}
 	defer s.Close()
 	s.db.View(func(tx *bolt.Tx) error {
-		if got := schemaOf(tx); got != SchemaVersion {
+		if got := schemaOf(kv.Bolt(tx)); got != SchemaVersion {
 			t.Errorf("schema %d after migration, want %d", got, SchemaVersion)
 		}
 		if tx.Bucket(bucketSSHKeys) == nil {

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"rackd/store/kv"
+
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
@@ -336,8 +339,8 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, err
 	}
-	s.ipam.refreshSubnets(db)
-	if err := guard(func() error { return s.ipam.loadMACs(db) }); err != nil {
+	s.ipam.refreshSubnets(boltView(db))
+	if err := guard(func() error { return s.ipam.loadMACs(boltView(db)) }); err != nil {
 		db.Close()
 		return nil, corrupt(path, err)
 	}
@@ -432,7 +435,7 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) migrate() error {
 	var have int
 	err := s.db.View(func(tx *bolt.Tx) error {
-		have = schemaOf(tx)
+		have = schemaOf(kv.Bolt(tx))
 		return nil
 	})
 	if err != nil {
@@ -469,7 +472,7 @@ func (s *Store) migrate() error {
 	})
 }
 
-func schemaOf(tx *bolt.Tx) int {
+func schemaOf(tx kv.Tx) int {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
 		return 0
@@ -513,14 +516,14 @@ func (s *Store) BackupSize() (int64, error) {
 // Tx is one operation's view of a write transaction. Operations must check
 // every rule before their first write; see the package doc.
 type Tx struct {
-	tx    *bolt.Tx
+	tx    kv.Tx
 	now   time.Time
 	dirty bool
 	ipam  *ipamState
 	// buckets caches bucket handles (see bucket).
 	buckets [4]struct {
 		name []byte
-		b    *bolt.Bucket
+		b    kv.Bucket
 	}
 	// after runs once the transaction's writes are durable (or, for an
 	// operation that wrote nothing, once it has run): in-memory state that
@@ -811,7 +814,7 @@ func (s *Store) commit(batch []*op) {
 				results[i] = err
 				continue
 			}
-			t := &Tx{tx: btx, now: now, ipam: s.ipam, credKey: s.credKey, onEvent: s.eventHook()}
+			t := &Tx{tx: kv.Bolt(btx), now: now, ipam: s.ipam, credKey: s.credKey, onEvent: s.eventHook()}
 			if err := s.checkCaller(o.ctx, t); err != nil {
 				results[i] = err
 				continue
@@ -849,7 +852,7 @@ func (s *Store) commit(batch []*op) {
 		return
 	}
 	if err == nil {
-		s.ipam.refreshSubnets(s.db)
+		s.ipam.refreshSubnets(boltView(s.db))
 		runAll(after)
 	}
 	if s.opts.OnCommit != nil {
@@ -871,7 +874,7 @@ func (s *Store) commit1(o *op) {
 	var result error
 	t := &Tx{now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, onEvent: s.eventHook()}
 	err := s.db.Update(func(btx *bolt.Tx) error {
-		t.tx = btx
+		t.tx = kv.Bolt(btx)
 		if result = s.checkCaller(o.ctx, t); result != nil {
 			return result
 		}
@@ -882,7 +885,7 @@ func (s *Store) commit1(o *op) {
 		result = fmt.Errorf("commit: %w", err)
 	}
 	if err == nil {
-		s.ipam.refreshSubnets(s.db)
+		s.ipam.refreshSubnets(boltView(s.db))
 		runAll(t.after)
 	}
 	o.answer(result)
@@ -906,10 +909,20 @@ func runOp(fn func(*Tx) error, t *Tx) (err error) {
 	return fn(t)
 }
 
+// viewFunc runs fn in a read transaction of the engine.
+type viewFunc func(fn func(kv.Tx) error) error
+
+// boltView is db's read transactions as a viewFunc.
+func boltView(db *bolt.DB) viewFunc {
+	return func(fn func(kv.Tx) error) error {
+		return db.View(func(tx *bolt.Tx) error { return fn(kv.Bolt(tx)) })
+	}
+}
+
 // view runs fn in a read transaction.
 func (s *Store) view(fn func(*Tx) error) error {
 	return s.db.View(func(btx *bolt.Tx) error {
-		return fn(&Tx{tx: btx, now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey})
+		return fn(&Tx{tx: kv.Bolt(btx), now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey})
 	})
 }
 
@@ -918,7 +931,7 @@ func (s *Store) view(fn func(*Tx) error) error {
 // operation: in a read transaction bbolt looks a bucket up (a seek and an
 // allocation) on every Tx.Bucket call, and a DHCP offer reads the addresses
 // bucket several times.
-func (t *Tx) bucket(name []byte) *bolt.Bucket {
+func (t *Tx) bucket(name []byte) kv.Bucket {
 	for i := range t.buckets {
 		c := &t.buckets[i]
 		if c.b == nil {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"rackd/store/kv"
 	"slices"
 	"strconv"
 	"strings"
@@ -457,7 +458,7 @@ func TestOpenSchema(t *testing.T) {
 		}
 		defer db.Close()
 		db.View(func(tx *bolt.Tx) error {
-			if got := schemaOf(tx); got != SchemaVersion+1 {
+			if got := schemaOf(kv.Bolt(tx)); got != SchemaVersion+1 {
 				t.Errorf("schema now %d", got)
 			}
 			return nil
