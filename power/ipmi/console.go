@@ -30,7 +30,8 @@ const solPoll = 100 * time.Millisecond
 // Console attaches to t's serial console through IPMI Serial-over-LAN and
 // relays it until ctx ends, in reaches EOF (a detach) or the BMC ends the
 // session: the machine's output is written to out, the bytes read from in are
-// typed on the console. A nil in makes the console read-only.
+// typed on the console. A nil in makes the console read-only. An out that is
+// a [power.ConsoleReadier] is told once SOL is active.
 //
 // A console has its own RMCP+ session, not the driver's shared one, so power
 // commands to the same BMC keep running beside it. Whatever ends it, the SOL
@@ -75,6 +76,9 @@ func (d *Driver) Console(ctx context.Context, t power.Target, in io.Reader, out 
 		}
 		return fmt.Errorf("console: activate SOL: %w", redact(classify(err), t.Password))
 	}
+	if r, ok := out.(power.ConsoleReadier); ok {
+		r.ConsoleReady()
+	}
 	defer func() {
 		bye, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.Timeout)
 		defer cancel()
@@ -116,3 +120,5 @@ func (d *Driver) closeConsoleSession(ctx context.Context, c *client.Client) {
 		d.log.Debug("ipmi console: close session", "err", oneLine(err))
 	}
 }
+
+var _ power.Consoler = (*Driver)(nil)
