@@ -22,12 +22,14 @@ import (
 
 	"rackd/images"
 	"rackd/internal/atomicfile"
+	"rackd/internal/consolelog"
 	"rackd/netboot/arp"
 	"rackd/netboot/dhcp"
 	"rackd/netboot/dns"
 	"rackd/netboot/files"
 	"rackd/netboot/tftp"
 	"rackd/power"
+	"rackd/power/consolehub"
 	"rackd/power/queue"
 	"rackd/store"
 	"rackd/webui"
@@ -97,6 +99,12 @@ type Agent struct {
 	api         http.Handler
 	ui          *webui.UI
 	routeAccess *routeAccess
+	// consoles holds the BMCs' serial console sessions (one per BMC),
+	// shared by rackd console and the recorder, which keeps consoleLog
+	// while machines are in a phase (console.go, consolerec.go).
+	consoles   *consolehub.Hub
+	consoleLog *consolelog.Log
+	recorder   *recorder
 }
 
 // onCommit is told about every commit of the store.
@@ -185,6 +193,9 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	a.onClose("power drivers", func() error { a.closePower(); return nil })
 	if err := a.newPower(cfg); err != nil {
 		return nil, fmt.Errorf("power: %w", err)
+	}
+	if err := a.newConsoles(); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
 	}
 	if err := a.ensureAdmin(); err != nil {
 		return nil, err
@@ -338,6 +349,9 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	g.Go(func() error { a.watchdog(gctx); return nil })
 	g.Go(func() error { a.releaser(gctx); return nil })
 	g.Go(func() error { return a.power.Run(gctx) })
+	// It ends the console sessions as it stops: their connections are
+	// hijacked, which the HTTP server's shutdown does not wait for.
+	g.Go(func() error { a.recorder.run(gctx); return nil })
 	a.warnBootReach(ln.Addr())
 	a.log.Info("rackd serving", "url", "http://"+ln.Addr().String(), "version", Version,
 		"state_dir", a.cfg.StateDir, "admin_token", a.AdminTokenPath())

@@ -55,6 +55,9 @@ func routes() []route {
 		{"DELETE /api/v1/machines/{id}", admin, (*Agent).deleteMachine},
 		{"GET /api/v1/machines/{id}/events", user, (*Agent).machineEvents},
 		{"GET /api/v1/machines/{id}/user-data", user, (*Agent).userData},
+		{"GET /api/v1/machines/{id}/console", user, (*Agent).machineConsole},
+		{"GET /api/v1/machines/{id}/console-log", user, (*Agent).machineConsoleLog},
+		{"GET /api/v1/machines/{id}/console-log/{boot}", user, (*Agent).machineConsoleBoot},
 		{"POST /api/v1/machines/{id}/{action}", user, (*Agent).machineAction},
 		{"POST /api/v1/machines/{id}/power", user, (*Agent).requestPower},
 		{"GET /api/v1/machines/{id}/power", user, (*Agent).machinePower},
@@ -433,7 +436,7 @@ func (a *Agent) getMachine(w http.ResponseWriter, r *http.Request, who store.Act
 	writeJSON(w, http.StatusOK, a.machineViewFor(m, who))
 }
 
-func (a *Agent) machineEvents(w http.ResponseWriter, r *http.Request, _ store.Actor) {
+func (a *Agent) machineEvents(w http.ResponseWriter, r *http.Request, who store.Actor) {
 	limit := 0
 	if s := r.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -448,10 +451,20 @@ func (a *Agent) machineEvents(w http.ResponseWriter, r *http.Request, _ store.Ac
 		a.storeError(w, r, err)
 		return
 	}
+	// The console tail of a failure is the console's: admins and the
+	// machine's owner see it (consoleAccess).
+	console := who.Admin
+	if !console {
+		m, err := a.store.Machine(r.PathValue("id"))
+		console = err == nil && m.Owner != "" && m.Owner == who.Name
+	}
 	out := make([]api.Event, len(evs))
 	for i, e := range evs {
 		out[i] = api.Event{Seq: e.Seq, Time: e.Time, Machine: e.Machine, Actor: e.Actor,
 			Action: e.Action, From: string(e.From), To: string(e.To), Reason: e.Reason}
+		if console {
+			out[i].Console = e.Console
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

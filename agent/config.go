@@ -58,7 +58,8 @@ type Config struct {
 	Store struct {
 		MaxBatch int `toml:"max_batch"`
 	} `toml:"store"`
-	IPAM struct {
+	Console ConsoleConfig `toml:"console"`
+	IPAM    struct {
 		StickyOnCommission bool     `toml:"sticky_on_commission"`
 		OfferHold          Duration `toml:"offer_hold"`
 		PXELease           Duration `toml:"pxe_lease"`
@@ -223,6 +224,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("boot.default_first %d is negative", c.Boot.DefaultFirst))
 	}
 	if err := c.Power.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Console.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.DNS.Listen != "" {

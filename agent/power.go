@@ -36,6 +36,9 @@ func (a *Agent) newPower(cfg Config) error {
 	a.power = queue.New(a.store, a.powerDrivers, cfg.Power.queueConfig(), a.log.With("service", "power"),
 		queue.NewMetrics(a.metrics.reg))
 	a.power.OnFinish(func(r store.PowerRequest) {
+		if a.recorder != nil {
+			a.recorder.powered(r)
+		}
 		if a.ui != nil {
 			a.ui.Hub().Power(r)
 		}

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"errors"
+
 	"rackd/power/ipmi"
 	"rackd/power/manual"
 )
@@ -15,6 +17,10 @@ func (a *Agent) addDrivers() error {
 	a.powerClose = append(a.powerClose, d.Close)
 	return nil
 }
+
+// consoleBusy recognises the drivers' "the BMC's console is held by another
+// session" errors.
+func consoleBusy(err error) bool { return errors.Is(err, ipmi.ErrConsoleBusy) }
 
 // closePower ends what the drivers hold (BMC sessions, the fake's log) once
 // the queue has stopped.

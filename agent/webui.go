@@ -33,7 +33,7 @@ func (a *Agent) newUI() error {
 		return err
 	}
 	a.ui = ui
-	a.store.OnEvent(ui.Hub().Event)
+	a.store.OnEvent(a.onStoreEvent)
 	return nil
 }
 

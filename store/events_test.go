@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"rackd/store"
 	"rackd/store/storetest"
@@ -125,5 +126,57 @@ func TestPowerHistory(t *testing.T) {
 	}
 	if two, _ := s.PowerHistory(a.ID, 2); len(two) != 2 || two[0].ID != want[0] {
 		t.Errorf("limit 2: %+v", two)
+	}
+}
+
+// The event of a move to a failed state carries the console tail the hook
+// gives for that machine (made valid UTF-8); other events carry none, and
+// without a hook nothing is attached.
+func TestConsoleTailOnFailure(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		now  = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+		asks []string
+	)
+	s := storetest.New(t, func(o *store.Options) {
+		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	s.ConsoleTail(func(machine string) []byte {
+		asks = append(asks, machine)
+		return []byte("kernel panic\xff\r\n")
+	})
+	m := create(t, s, store.NewMachine{Hostname: "c1", MACs: []string{nextMAC()}, Power: manual})
+	transition(t, s, admin, "c1", store.ActionCommission)
+	mu.Lock()
+	now = now.Add(2 * time.Hour)
+	mu.Unlock()
+	if _, err := s.Expire(t.Context(), time.Hour, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.Events(m.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1]
+	if last.To != store.StateFailedCommissioning || last.Console != "kernel panic\uFFFD\r\n" {
+		t.Fatalf("failure event %+v", last)
+	}
+	for _, e := range evs[:len(evs)-1] {
+		if e.Console != "" {
+			t.Errorf("event %s carries a console tail", e.Action)
+		}
+	}
+	if fmt.Sprint(asks) != "["+m.ID+"]" {
+		t.Errorf("hook asked for %v", asks)
+	}
+	s.ConsoleTail(nil)
+	transition(t, s, admin, "c1", store.ActionCommission)
+	mu.Lock()
+	now = now.Add(2 * time.Hour)
+	mu.Unlock()
+	s.Expire(t.Context(), time.Hour, time.Hour)
+	evs, _ = s.Events(m.ID, 0)
+	if last := evs[len(evs)-1]; last.To != store.StateFailedCommissioning || last.Console != "" {
+		t.Errorf("without the hook: %+v", last)
 	}
 }

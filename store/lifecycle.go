@@ -38,6 +38,10 @@ func (s State) Valid() bool {
 	return false
 }
 
+// Failed reports whether s is a failed phase's state: FAILED_COMMISSIONING
+// or FAILED_DEPLOYMENT.
+func (s State) Failed() bool { return s == StateFailedCommissioning || s == StateFailedDeployment }
+
 // Action is something that moves a machine from one state to another.
 type Action string
 

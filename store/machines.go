@@ -631,6 +631,9 @@ func (t *Tx) addEvent(e Event) error {
 		return err
 	}
 	e.Seq, e.Time = seq, t.now
+	if fn := t.consoleTail; fn != nil && e.To.Failed() {
+		e.Console = strings.ToValidUTF8(string(fn(e.Machine)), "\uFFFD")
+	}
 	if fn := t.onEvent; fn != nil {
 		t.afterCommit(func() { fn(e) })
 	}

@@ -67,6 +67,10 @@ func phaseOf(m Machine) string {
 	return ""
 }
 
+// PhaseOf is the phase m's environment runs ("commission", "deploy",
+// "erase"), "" when it is in none.
+func PhaseOf(m Machine) string { return phaseOf(m) }
+
 // credentialToken derives the token of a credential.
 func credentialToken(key []byte, id, phase, nonce string) string {
 	mac := hmac.New(sha256.New, key)

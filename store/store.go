@@ -264,6 +264,8 @@ type Store struct {
 	// eventNotify is told about every machine event once it is committed
 	// (OnEvent).
 	eventNotify atomic.Pointer[func(Event)]
+	// consoleTail is Store.ConsoleTail's function when one is set.
+	consoleTail atomic.Pointer[func(machine string) []byte]
 	// answered is called after each commit has answered its operations
 	// (OnAnswered).
 	answered atomic.Pointer[func()]
@@ -536,6 +538,8 @@ type Tx struct {
 	credKey []byte
 	// onEvent is Store.OnEvent's function when one is set.
 	onEvent func(Event)
+	// consoleTail is Store.ConsoleTail's function when one is set.
+	consoleTail func(machine string) []byte
 }
 
 // OnEvent sets the function told about every machine event (a transition,
@@ -549,6 +553,27 @@ func (s *Store) OnEvent(fn func(Event)) {
 		return
 	}
 	s.eventNotify.Store(&fn)
+}
+
+// ConsoleTail sets the function that gives the end of a machine's console
+// log: the event of a machine's move to FAILED_COMMISSIONING or
+// FAILED_DEPLOYMENT carries it (Event.Console), so that a failed phase can be
+// debugged after the fact. It runs inside the transaction, on the
+// committer's goroutine: it must be quick (a few KiB read from a file). nil
+// removes it.
+func (s *Store) ConsoleTail(fn func(machine string) []byte) {
+	if fn == nil {
+		s.consoleTail.Store(nil)
+		return
+	}
+	s.consoleTail.Store(&fn)
+}
+
+func (s *Store) consoleTailHook() func(string) []byte {
+	if fn := s.consoleTail.Load(); fn != nil {
+		return *fn
+	}
+	return nil
 }
 
 func (s *Store) eventHook() func(Event) {
@@ -814,7 +839,7 @@ func (s *Store) commit(batch []*op) {
 				results[i] = err
 				continue
 			}
-			t := &Tx{tx: kv.Bolt(btx), now: now, ipam: s.ipam, credKey: s.credKey, onEvent: s.eventHook()}
+			t := &Tx{tx: kv.Bolt(btx), now: now, ipam: s.ipam, credKey: s.credKey, onEvent: s.eventHook(), consoleTail: s.consoleTailHook()}
 			if err := s.checkCaller(o.ctx, t); err != nil {
 				results[i] = err
 				continue
@@ -872,7 +897,7 @@ func (s *Store) commit1(o *op) {
 		return
 	}
 	var result error
-	t := &Tx{now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, onEvent: s.eventHook()}
+	t := &Tx{now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, onEvent: s.eventHook(), consoleTail: s.consoleTailHook()}
 	err := s.db.Update(func(btx *bolt.Tx) error {
 		t.tx = kv.Bolt(btx)
 		if result = s.checkCaller(o.ctx, t); result != nil {

@@ -90,6 +90,9 @@ type Event struct {
 	From    State     `json:"from,omitempty"`
 	To      State     `json:"to,omitempty"`
 	Reason  string    `json:"reason,omitempty"`
+	// Console is the end of the machine's console log when the event moved
+	// it to a failed state (Store.ConsoleTail).
+	Console string `json:"console,omitempty"`
 }
 
 // Actor names who asked for a change: a user, or rackd itself ("rackd",

@@ -35,6 +35,9 @@ const (
 	CodeNoSubnet           = "no_subnet"
 	CodeExhausted          = "exhausted"
 	CodeRateLimited        = "rate_limited"
+	CodeConsoleBusy        = "console_busy" // another user (named) or SOL client holds the console
+	CodeNoConsole          = "no_console"   // the machine's power driver has no serial console
+	CodeBMCError           = "bmc_error"    // the BMC refused or failed the request
 	// The appliance's update and reset routes.
 	CodeNotAnAppliance  = "not_an_appliance"
 	CodeBundleInvalid   = "bundle_invalid"
@@ -260,6 +263,22 @@ type Event struct {
 	From    string    `json:"from,omitempty"`
 	To      string    `json:"to,omitempty"`
 	Reason  string    `json:"reason,omitempty"`
+	// Console is the end of the machine's console log (about 4 KiB) on
+	// the event that moved it to FAILED_COMMISSIONING or
+	// FAILED_DEPLOYMENT; shown to admins and the machine's owner only.
+	Console string `json:"console,omitempty"`
+}
+
+// ConsoleBoot is one boot kept in a machine's console log (GET
+// /api/v1/machines/{id}/console-log).
+type ConsoleBoot struct {
+	Boot    int       `json:"boot"`
+	Started time.Time `json:"started"`
+	Phase   string    `json:"phase,omitempty"`
+	// Bytes is how much output is kept; Dropped how much older output
+	// the per-boot cap removed.
+	Bytes   int64 `json:"bytes"`
+	Dropped int64 `json:"dropped"`
 }
 
 // Health is the body of GET /healthz. Status is "ok", or what is not

@@ -106,7 +106,7 @@ func groups() []*group {
 }
 
 func topVerbs() []*verb {
-	return []*verb{allocateVerb(), releaseVerb(), leasesVerb(), backupVerb(), versionVerb()}
+	return []*verb{allocateVerb(), releaseVerb(), consoleVerb(), leasesVerb(), backupVerb(), versionVerb()}
 }
 
 func findGroup(name string) *group {

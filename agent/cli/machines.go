@@ -46,7 +46,7 @@ func (e *env) capture() (context.Context, *json.RawMessage) {
 func machinesGroup() *group {
 	g := &group{name: "machines", summary: "Enlist machines, look at them and move them through their lifecycle."}
 	g.verbs = []*verb{
-		machinesListVerb(), machinesShowVerb(), machinesEventsVerb(), machinesAddVerb(),
+		machinesListVerb(), machinesShowVerb(), machinesEventsVerb(), machinesConsoleLogVerb(), machinesAddVerb(),
 		machinesSetVerb(), machinesRmVerb(),
 	}
 	for _, a := range client.MachineActions {

@@ -774,3 +774,7 @@ func (q *Queue) poll(ctx context.Context, w *worker) {
 		q.log.Info("power drift: correcting", "machine", m.Hostname, "observed", s, "desired", o.Status.Desired, "request", o.Correction.ID)
 	}
 }
+
+// Target is how the drivers reach m's BMC, for the other users of a
+// machine's BMC than the queue (the serial console).
+func Target(m store.Machine) power.Target { return target(m) }

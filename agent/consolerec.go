@@ -1,0 +1,348 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"rackd/internal/consolelog"
+	"rackd/power"
+	"rackd/power/consolehub"
+	"rackd/power/queue"
+	"rackd/store"
+)
+
+// The console recorder keeps the console output of machines in a phase
+// (commissioning, deploying, erasing) in the console log: one boot starts
+// when the phase starts, and another each time rackd powers the machine on
+// or cycles it during the phase, unless the boot so far has no output. It
+// holds the BMC's console session for the phase (sharing it with a user's
+// rackd console: consolehub), attaches again when the BMC drops it, and
+// resumes the newest boot after a restart of rackd.
+
+// recordRetry is how long the recorder waits before attaching again after
+// the BMC refused or ended the session.
+const recordRetry = 2 * time.Second
+
+// recorderNote is something the recorder looks at, in order.
+type recorderNote struct {
+	machine string
+	enter   bool // a transition into a phase: a new boot
+	powered bool // a power on or cycle completed
+	deleted bool
+}
+
+type recorder struct {
+	a     *Agent
+	log   *slog.Logger
+	notes chan recorderNote
+	mu    sync.Mutex
+	recs  map[string]*recording // by machine id; only the run loop changes it
+}
+
+type recording struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	boot   chan struct{} // cap 1: start a new boot
+	sink   *bootSink
+}
+
+func newRecorder(a *Agent) *recorder {
+	return &recorder{a: a, log: a.log.With("service", "console-recorder"),
+		notes: make(chan recorderNote, 1024), recs: map[string]*recording{}}
+}
+
+// note hands n to the run loop; when it is full the next sweep catches up.
+func (rc *recorder) note(n recorderNote) {
+	select {
+	case rc.notes <- n:
+	default:
+	}
+}
+
+// event is told about every committed event (on the committer's goroutine:
+// it only queues a note).
+func (rc *recorder) event(e store.Event) {
+	switch {
+	case e.Action == "delete":
+		rc.note(recorderNote{machine: e.Machine, deleted: true})
+	case e.To != "" && e.To != e.From:
+		rc.note(recorderNote{machine: e.Machine, enter: phaseState(e.To)})
+	}
+}
+
+// powered is told about every finished power request.
+func (rc *recorder) powered(r store.PowerRequest) {
+	if r.State == store.PowerDone && (r.Action == store.PowerOn || r.Action == store.PowerCycle) {
+		rc.note(recorderNote{machine: r.Machine, powered: true})
+	}
+}
+
+// phaseState: a state in which a phase's environment may run (RELEASING
+// only with an erase, which store.PhaseOf tells from the machine).
+func phaseState(s store.State) bool {
+	return s == store.StateCommissioning || s == store.StateDeploying || s == store.StateReleasing
+}
+
+// run follows the notes and sweeps every watchdog interval until ctx ends;
+// then it stops the recordings and ends every console session.
+func (rc *recorder) run(ctx context.Context) {
+	t := time.NewTicker(time.Duration(rc.a.cfg.Lifecycle.WatchdogInterval))
+	defer t.Stop()
+	rc.sweep(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			rc.mu.Lock()
+			for id, r := range rc.recs {
+				r.cancel()
+				<-r.done
+				delete(rc.recs, id)
+			}
+			rc.mu.Unlock()
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Duration(rc.a.cfg.Power.CommandTimeout))
+			if err := rc.a.consoles.Close(cctx); err != nil {
+				rc.log.Warn("console sessions at shutdown", "err", err)
+			}
+			cancel()
+			return
+		case n := <-rc.notes:
+			rc.handle(ctx, n)
+		case <-t.C:
+			rc.sweep(ctx)
+		}
+	}
+}
+
+func (rc *recorder) handle(ctx context.Context, n recorderNote) {
+	rc.mu.Lock()
+	r := rc.recs[n.machine]
+	rc.mu.Unlock()
+	if n.deleted {
+		rc.stop(n.machine)
+		if err := rc.a.consoleLog.Remove(n.machine); err != nil {
+			rc.log.Warn("remove the console log of a deleted machine", "machine", n.machine, "err", err)
+		}
+		return
+	}
+	if n.powered {
+		if r != nil {
+			select {
+			case r.boot <- struct{}{}:
+			default:
+			}
+		}
+		return
+	}
+	m, err := rc.a.store.Machine(n.machine)
+	if err != nil || store.PhaseOf(m) == "" || !rc.a.cfg.Console.Record {
+		rc.stop(n.machine)
+		return
+	}
+	switch {
+	case r == nil:
+		rc.start(ctx, m, n.enter)
+	case n.enter:
+		select {
+		case r.boot <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sweep starts the recordings of machines in a phase that have none (after
+// a restart, or a note lost), stops those of machines that left it, and
+// removes the logs of machines that are gone.
+func (rc *recorder) sweep(ctx context.Context) {
+	inPhase := map[string]store.Machine{}
+	if rc.a.cfg.Console.Record {
+		for _, st := range []store.State{store.StateCommissioning, store.StateDeploying, store.StateReleasing} {
+			ms, err := rc.a.store.ListMachines(store.Filter{State: st})
+			if err != nil {
+				rc.log.Warn("console recorder: list machines", "err", err)
+				return
+			}
+			for _, m := range ms {
+				if store.PhaseOf(m) != "" {
+					inPhase[m.ID] = m
+				}
+			}
+		}
+	}
+	rc.mu.Lock()
+	var stale []string
+	for id := range rc.recs {
+		if _, ok := inPhase[id]; !ok {
+			stale = append(stale, id)
+		}
+	}
+	rc.mu.Unlock()
+	for _, id := range stale {
+		rc.stop(id)
+	}
+	for id, m := range inPhase {
+		rc.mu.Lock()
+		r := rc.recs[id]
+		rc.mu.Unlock()
+		if r == nil {
+			rc.start(ctx, m, false)
+		}
+	}
+	ids, err := rc.a.consoleLog.Machines()
+	if err != nil {
+		rc.log.Warn("console recorder: list logs", "err", err)
+		return
+	}
+	for _, id := range ids {
+		if _, err := rc.a.store.Machine(id); store.CodeOf(err) == store.CodeNotFound {
+			if err := rc.a.consoleLog.Remove(id); err != nil {
+				rc.log.Warn("remove the console log of a deleted machine", "machine", id, "err", err)
+			}
+		}
+	}
+}
+
+func (rc *recorder) start(ctx context.Context, m store.Machine, fresh bool) {
+	phase := store.PhaseOf(m)
+	var (
+		w   *consolelog.Writer
+		err error
+	)
+	if fresh {
+		w, err = rc.a.consoleLog.NewBoot(m.ID, phase, time.Now())
+	} else {
+		w, err = rc.a.consoleLog.Resume(m.ID, phase, time.Now())
+	}
+	if err != nil {
+		rc.log.Warn("console log: start a boot", "machine", m.ID, "err", err)
+		return
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &recording{cancel: cancel, done: make(chan struct{}), boot: make(chan struct{}, 1),
+		sink: &bootSink{log: rc.a.consoleLog, machine: m.ID, phase: phase, w: w, written: !fresh}}
+	rc.mu.Lock()
+	rc.recs[m.ID] = r
+	rc.mu.Unlock()
+	go rc.record(rctx, m.ID, r)
+}
+
+func (rc *recorder) stop(id string) {
+	rc.mu.Lock()
+	r := rc.recs[id]
+	delete(rc.recs, id)
+	rc.mu.Unlock()
+	if r != nil {
+		r.cancel()
+		<-r.done
+	}
+}
+
+// record holds machine id's console session for its recording until ctx
+// ends.
+func (rc *recorder) record(ctx context.Context, id string, r *recording) {
+	defer close(r.done)
+	defer r.sink.close()
+	warned := false
+	for {
+		wait := recordRetry
+		m, err := rc.a.store.Machine(id)
+		if err != nil {
+			return
+		}
+		drv, ok := rc.a.powerDrivers[m.Power.Driver].(power.Consoler)
+		if !ok {
+			wait = time.Duration(rc.a.cfg.Lifecycle.WatchdogInterval) // no console: nothing to record
+		} else {
+			actx, cancel := context.WithTimeout(ctx, 2*time.Duration(rc.a.cfg.Power.CommandTimeout))
+			att, err := rc.a.consoles.Attach(actx, drv, queue.Target(m),
+				consolehub.AttachOptions{Recorder: true, Sink: r.sink, Machine: m.Hostname})
+			cancel()
+			if err == nil {
+				warned = false
+				rc.log.Debug("console recording", "machine", id, "hostname", m.Hostname)
+				if !rc.hold(ctx, att, r) {
+					return
+				}
+			} else if ctx.Err() == nil && !warned {
+				warned = true // once per outage, not every retry
+				rc.log.Info("console recorder: no console yet; retrying", "machine", id, "hostname", m.Hostname, "err", err)
+			}
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-r.boot:
+			timer.Stop()
+			r.sink.newBoot()
+		case <-timer.C:
+		}
+	}
+}
+
+// hold keeps att until the session ends (true: attach again) or ctx does
+// (false), starting new boots as told.
+func (rc *recorder) hold(ctx context.Context, att *consolehub.Attachment, r *recording) bool {
+	defer att.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-att.Done():
+			return true
+		case <-r.boot:
+			r.sink.newBoot()
+		}
+	}
+}
+
+// bootSink is the recorder's sink: the current boot's writer, which a new
+// boot replaces while the session goes on.
+type bootSink struct {
+	log     *consolelog.Log
+	machine string
+	phase   string
+	mu      sync.Mutex
+	w       *consolelog.Writer
+	written bool // the current boot has output
+}
+
+func (s *bootSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w == nil {
+		return len(p), nil
+	}
+	if len(p) > 0 {
+		s.written = true
+	}
+	return s.w.Write(p)
+}
+
+// newBoot starts the next boot, unless this one has no output yet (the
+// power-on that follows a phase's start).
+func (s *bootSink) newBoot() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.written || s.w == nil {
+		return
+	}
+	s.w.Close()
+	w, err := s.log.NewBoot(s.machine, s.phase, time.Now())
+	if err != nil {
+		s.w = nil
+		return
+	}
+	s.w, s.written = w, false
+}
+
+func (s *bootSink) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w != nil {
+		s.w.Close()
+		s.w = nil
+	}
+}
