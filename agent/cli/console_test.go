@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"rackd/agent/api"
 )
 
 func TestDetacher(t *testing.T) {
@@ -126,4 +128,26 @@ func (s *syncWriter) String() string {
 	syncMu <- struct{}{}
 	defer func() { <-syncMu }()
 	return s.b.String()
+}
+
+// A failure event's console tail prints under the table, line by line,
+// with control characters made harmless.
+func TestPrintEventsConsole(t *testing.T) {
+	var b strings.Builder
+	evs := []api.Event{
+		{Action: "create", To: "NEW"},
+		{Action: "commissioning-failed", From: "COMMISSIONING", To: "FAILED_COMMISSIONING", Console: "Linux version 6.1\r\n\x1b[31mpanic\r\n"},
+	}
+	if err := printEvents(&b, evs); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"commissioning-failed", "Console before FAILED_COMMISSIONING", "  | Linux version 6.1\n", "  | ?[31mpanic\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b") || strings.Count(out, "Console before") != 1 {
+		t.Errorf("output:\n%q", out)
+	}
 }

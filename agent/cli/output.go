@@ -172,7 +172,29 @@ func printEvents(w io.Writer, evs []api.Event) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", when(ev.Time), cell(ev.Actor), cell(ev.Action),
 			cell(ev.From), cell(ev.To), cell(ev.Reason))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// A failure's console tail, under the table: the machine's last words.
+	for _, ev := range evs {
+		if ev.Console == "" {
+			continue
+		}
+		fmt.Fprintf(w, "\nConsole before %s at %s (rackd machines console-log for more):\n", ev.To, when(ev.Time))
+		for _, line := range strings.Split(strings.TrimRight(strings.ReplaceAll(ev.Console, "\r", ""), "\n"), "\n") {
+			fmt.Fprintf(w, "  | %s\n", strings.Map(printable, line))
+		}
+	}
+	return nil
+}
+
+// printable keeps a console's text printable on the operator's terminal:
+// control characters (escape sequences) become '?', tabs stay.
+func printable(r rune) rune {
+	if r == '\t' || (r >= ' ' && r != 0x7f && (r < 0x80 || r >= 0xa0)) {
+		return r
+	}
+	return '?'
 }
 
 func printUsers(w io.Writer, us []api.User) error {
