@@ -1,0 +1,433 @@
+// Package etcdkv is a kv engine on etcd, for several rackd agents sharing
+// one inventory: optimistic, serialisable transactions over etcd's flat,
+// multi-versioned keyspace.
+//
+// A transaction reads at one revision: the cluster's revision at its first
+// read, so it sees one consistent snapshot. Its writes are buffered and
+// committed as one etcd Txn whose comparisons say that nothing it read has
+// changed since that revision: the modification revision of every key it
+// read (CreateRevision == 0 for a key it found absent), and, for every
+// bucket it walked (ForEach, Cursor, KeyN), the bucket's version key, which
+// every transaction writing to the bucket touches, so that a key inserted
+// into a walked range is a conflict too. A conflict runs the function again
+// on a fresh snapshot, up to MaxAttempts times.
+//
+// Layout under the prefix: b/NAME/KEY the records, B/NAME a bucket's
+// existence, S/NAME its sequence, V/NAME its version.
+//
+// A transaction that would send more operations than the cluster's
+// per-transaction limit (etcd's --max-txn-ops, 128 by default) is refused
+// with ErrTooLarge before anything is sent.
+package etcdkv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"rackd/store/kv"
+)
+
+// DefaultMaxTxnOps is etcd's default --max-txn-ops.
+const DefaultMaxTxnOps = 128
+
+// MaxAttempts bounds how often a conflicting transaction runs again
+// (with a random pause growing to 64 ms between runs).
+const MaxAttempts = 32
+
+// pageSize is how many keys one range request of a walk asks for.
+const pageSize = 500
+
+var (
+	// ErrConflict is returned when a transaction conflicted MaxAttempts
+	// times in a row.
+	ErrConflict = errors.New("etcdkv: transaction kept conflicting with others")
+	// ErrTooLarge is returned for a transaction over the cluster's
+	// per-transaction limit.
+	ErrTooLarge = errors.New("etcdkv: transaction over etcd's per-transaction limit")
+	// ErrReadOnly is returned by writes in a read-only transaction.
+	ErrReadOnly = errors.New("etcdkv: write in a read-only transaction")
+)
+
+// DB is a kv engine on an etcd cluster.
+type DB struct {
+	cli       *clientv3.Client
+	prefix    string
+	maxTxnOps int
+}
+
+// Options configures a DB.
+type Options struct {
+	// Prefix is where the engine's keys live ("/rackd/" when empty).
+	Prefix string
+	// MaxTxnOps is the cluster's --max-txn-ops (DefaultMaxTxnOps when 0).
+	MaxTxnOps int
+}
+
+// New returns an engine on cli.
+func New(cli *clientv3.Client, opts Options) *DB {
+	if opts.Prefix == "" {
+		opts.Prefix = "/rackd/"
+	}
+	if opts.MaxTxnOps <= 0 {
+		opts.MaxTxnOps = DefaultMaxTxnOps
+	}
+	return &DB{cli: cli, prefix: opts.Prefix, maxTxnOps: opts.MaxTxnOps}
+}
+
+// View runs fn in a read-only transaction on one snapshot.
+func (d *DB) View(ctx context.Context, fn func(kv.Tx) error) error {
+	t := d.newTx(ctx, false)
+	if err := fn(t); err != nil {
+		return err
+	}
+	return t.err
+}
+
+// Update runs fn in a read-write transaction and commits its writes if
+// nothing it read changed meanwhile; otherwise it runs fn again on a fresh
+// snapshot. fn may therefore run more than once. An error from fn rolls
+// back (nothing is sent) and is returned.
+func (d *DB) Update(ctx context.Context, fn func(kv.Tx) error) error {
+	for attempt := range MaxAttempts {
+		if attempt > 0 {
+			// Those that conflicted together would conflict again if
+			// they ran again together: a random pause, growing.
+			pause := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		t := d.newTx(ctx, true)
+		if err := fn(t); err != nil {
+			return err
+		}
+		if t.err != nil {
+			return t.err
+		}
+		ok, err := t.commit()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+	}
+	return ErrConflict
+}
+
+func (d *DB) newTx(ctx context.Context, writable bool) *tx {
+	return &tx{db: d, ctx: ctx, writable: writable, read: map[string]int64{}, values: map[string][]byte{}, writes: map[string]*[]byte{}, walked: map[string]bool{}}
+}
+
+// tx is one attempt of a transaction.
+type tx struct {
+	db       *DB
+	ctx      context.Context
+	writable bool
+	rev      int64 // the snapshot's revision; 0 before the first read
+	// read is the modification revision of every key read (0: absent),
+	// and values what each held at the snapshot.
+	read   map[string]int64
+	values map[string][]byte
+	// writes is the buffered writes, by full key; a nil value deletes.
+	writes map[string]*[]byte
+	// walked is the buckets whose ranges were read.
+	walked map[string]bool
+	// err is the first etcd error met by a method that cannot return
+	// one (Get, ForEach's reads): the transaction fails with it.
+	err error
+}
+
+func (t *tx) key(kind, bucket string, k []byte) string {
+	return t.db.prefix + kind + "/" + bucket + "/" + string(k)
+}
+
+func (t *tx) meta(kind, bucket string) string { return t.db.prefix + kind + "/" + bucket }
+
+// get reads key at the snapshot (its own writes first) and records it.
+func (t *tx) get(key string) []byte {
+	if w, ok := t.writes[key]; ok {
+		if w == nil {
+			return nil
+		}
+		return *w
+	}
+	if _, ok := t.read[key]; ok {
+		return t.values[key]
+	}
+	if t.err != nil {
+		return nil
+	}
+	opts := []clientv3.OpOption{}
+	if t.rev > 0 {
+		opts = append(opts, clientv3.WithRev(t.rev))
+	}
+	resp, err := t.db.cli.Get(t.ctx, key, opts...)
+	if err != nil {
+		t.err = fmt.Errorf("etcdkv: get %q: %w", key, err)
+		return nil
+	}
+	if t.rev == 0 {
+		t.rev = resp.Header.Revision
+	}
+	if len(resp.Kvs) == 0 {
+		t.read[key] = 0
+		return nil
+	}
+	t.read[key] = resp.Kvs[0].ModRevision
+	t.values[key] = resp.Kvs[0].Value
+	return resp.Kvs[0].Value
+}
+
+func (t *tx) put(key string, value []byte) error {
+	if !t.writable {
+		return ErrReadOnly
+	}
+	v := bytes.Clone(value)
+	t.writes[key] = &v
+	return nil
+}
+
+func (t *tx) del(key string) error {
+	if !t.writable {
+		return ErrReadOnly
+	}
+	t.writes[key] = nil
+	return nil
+}
+
+// pair is one key and value of a walked range.
+type pair struct{ k, v []byte }
+
+// walk reads bucket's whole range at the snapshot, merged with the
+// transaction's own writes, in key order.
+func (t *tx) walk(bucket string) []pair {
+	t.walked[bucket] = true
+	start := t.key("b", bucket, nil)
+	end := clientv3.GetPrefixRangeEnd(start)
+	merged := map[string][]byte{}
+	from := start
+	for t.err == nil {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(pageSize),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+		if t.rev > 0 {
+			opts = append(opts, clientv3.WithRev(t.rev))
+		}
+		resp, err := t.db.cli.Get(t.ctx, from, opts...)
+		if err != nil {
+			t.err = fmt.Errorf("etcdkv: range of bucket %q: %w", bucket, err)
+			break
+		}
+		if t.rev == 0 {
+			t.rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			merged[string(kv.Key)] = kv.Value
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	for k, w := range t.writes {
+		if len(k) < len(start) || k[:len(start)] != start {
+			continue
+		}
+		if w == nil {
+			delete(merged, k)
+		} else {
+			merged[k] = *w
+		}
+	}
+	out := make([]pair, 0, len(merged))
+	for k, v := range merged {
+		out = append(out, pair{k: []byte(k[len(start):]), v: v})
+	}
+	slices.SortFunc(out, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
+	return out
+}
+
+// commit sends the buffered writes with the comparisons that make the
+// transaction serialisable. It reports false on a conflict.
+func (t *tx) commit() (bool, error) {
+	if len(t.writes) == 0 {
+		return true, nil // read only: its snapshot was consistent
+	}
+	var cmps []clientv3.Cmp
+	for k, rev := range t.read {
+		if rev == 0 {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
+		} else {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
+		}
+	}
+	for b := range t.walked {
+		vk := t.meta("V", b)
+		if _, seen := t.read[vk]; !seen {
+			// The version as of the snapshot: read it now, at the
+			// snapshot's revision.
+			t.get(vk)
+			if t.err != nil {
+				return false, t.err
+			}
+			rev := t.read[vk]
+			if rev == 0 {
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(vk), "=", 0))
+			} else {
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(vk), "=", rev))
+			}
+		}
+	}
+	var ops []clientv3.Op
+	touched := map[string]bool{}
+	bprefix := t.db.prefix + "b/"
+	for k, w := range t.writes {
+		if w == nil {
+			ops = append(ops, clientv3.OpDelete(k))
+		} else {
+			ops = append(ops, clientv3.OpPut(k, string(*w)))
+		}
+		if len(k) > len(bprefix) && k[:len(bprefix)] == bprefix {
+			bucket, _, _ := cutByte(k[len(bprefix):], '/')
+			touched[bucket] = true
+		}
+	}
+	// Every write to a bucket moves its version, so that a transaction
+	// that walked the bucket conflicts with it.
+	for b := range touched {
+		ops = append(ops, clientv3.OpPut(t.meta("V", b), ""))
+	}
+	if n := len(cmps) + len(ops); n > t.db.maxTxnOps {
+		return false, fmt.Errorf("%w: %d comparisons and writes, the limit is %d", ErrTooLarge, n, t.db.maxTxnOps)
+	}
+	resp, err := t.db.cli.Txn(t.ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return false, fmt.Errorf("etcdkv: commit: %w", err)
+	}
+	return resp.Succeeded, nil
+}
+
+func cutByte(s string, c byte) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// kv.Tx
+
+func (t *tx) Bucket(name []byte) kv.Bucket {
+	if t.get(t.meta("B", string(name))) == nil {
+		return nil
+	}
+	return &bucket{t: t, name: string(name)}
+}
+
+func (t *tx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
+	if b := t.Bucket(name); b != nil {
+		return b, t.err
+	}
+	if t.err != nil {
+		return nil, t.err
+	}
+	if err := t.put(t.meta("B", string(name)), []byte{1}); err != nil {
+		return nil, err
+	}
+	return &bucket{t: t, name: string(name)}, nil
+}
+
+func (t *tx) Writable() bool { return t.writable }
+
+type bucket struct {
+	t    *tx
+	name string
+}
+
+func (b *bucket) Get(key []byte) []byte { return b.t.get(b.t.key("b", b.name, key)) }
+
+func (b *bucket) Put(key, value []byte) error {
+	if len(key) == 0 {
+		return errors.New("etcdkv: empty key")
+	}
+	return b.t.put(b.t.key("b", b.name, key), value)
+}
+
+func (b *bucket) Delete(key []byte) error { return b.t.del(b.t.key("b", b.name, key)) }
+
+func (b *bucket) ForEach(fn func(k, v []byte) error) error {
+	for _, p := range b.t.walk(b.name) {
+		if err := fn(p.k, p.v); err != nil {
+			return err
+		}
+	}
+	return b.t.err
+}
+
+func (b *bucket) Cursor() kv.Cursor { return &cursor{b: b, pairs: b.t.walk(b.name), i: -1} }
+
+func (b *bucket) NextSequence() (uint64, error) {
+	if !b.t.writable {
+		return 0, ErrReadOnly
+	}
+	sk := b.t.meta("S", b.name)
+	var n uint64
+	if v := b.t.get(sk); v != nil {
+		var err error
+		if n, err = strconv.ParseUint(string(v), 10, 64); err != nil {
+			return 0, fmt.Errorf("etcdkv: sequence of bucket %q is %q: %w", b.name, v, err)
+		}
+	}
+	if b.t.err != nil {
+		return 0, b.t.err
+	}
+	n++
+	return n, b.t.put(sk, []byte(strconv.FormatUint(n, 10)))
+}
+
+func (b *bucket) KeyN() int { return len(b.t.walk(b.name)) }
+
+// cursor walks a snapshot of the bucket's range taken when it was made
+// (with the transaction's writes up to then).
+type cursor struct {
+	b     *bucket
+	pairs []pair
+	i     int
+}
+
+func (c *cursor) at() ([]byte, []byte) {
+	if c.i < 0 || c.i >= len(c.pairs) {
+		c.i = max(-1, min(c.i, len(c.pairs)))
+		return nil, nil
+	}
+	return c.pairs[c.i].k, c.pairs[c.i].v
+}
+
+func (c *cursor) First() ([]byte, []byte) { c.i = 0; return c.at() }
+func (c *cursor) Last() ([]byte, []byte)  { c.i = len(c.pairs) - 1; return c.at() }
+func (c *cursor) Next() ([]byte, []byte)  { c.i++; return c.at() }
+func (c *cursor) Prev() ([]byte, []byte)  { c.i--; return c.at() }
+
+func (c *cursor) Seek(key []byte) ([]byte, []byte) {
+	c.i, _ = slices.BinarySearchFunc(c.pairs, key, func(p pair, k []byte) int { return bytes.Compare(p.k, k) })
+	return c.at()
+}
+
+func (c *cursor) Delete() error {
+	k, _ := c.at()
+	if k == nil {
+		return errors.New("etcdkv: cursor delete off the range")
+	}
+	return c.b.Delete(k)
+}

@@ -1,0 +1,226 @@
+package etcdkv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"rackd/internal/etcdtest"
+	"rackd/internal/netnstest"
+	"rackd/store/kv"
+	"rackd/store/kv/etcdkv"
+	"rackd/store/kv/kvtest"
+)
+
+func client(t *testing.T, c *etcdtest.Cluster) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func engine(db *etcdkv.DB) kvtest.Engine {
+	ctx := context.Background()
+	return kvtest.Engine{
+		Update: func(fn func(kv.Tx) error) error { return db.Update(ctx, fn) },
+		View:   func(fn func(kv.Tx) error) error { return db.View(ctx, fn) },
+	}
+}
+
+// cluster is one single-member cluster shared by the conformance
+// subtests, each under a prefix of its own (a fresh, empty engine).
+func cluster(t *testing.T) *clientv3.Client {
+	t.Helper()
+	netnstest.Tool(t, "etcd")
+	return client(t, etcdtest.Start(t, 1))
+}
+
+func TestConformance(t *testing.T) {
+	cli := cluster(t)
+	n := 0
+	kvtest.Run(t, func(t *testing.T) kvtest.Engine {
+		n++
+		return engine(etcdkv.New(cli, etcdkv.Options{Prefix: fmt.Sprintf("/conf%d/", n)}))
+	})
+}
+
+// TestNoLostUpdates: concurrent read-modify-writes of one counter, from
+// clients on different members of a 3-member cluster, lose none.
+func TestNoLostUpdates(t *testing.T) {
+	netnstest.Tool(t, "etcd")
+	c := etcdtest.Start(t, 3)
+	const writers, each = 6, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints()[w%3 : w%3+1], DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		db := etcdkv.New(cli, etcdkv.Options{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				err := db.Update(t.Context(), func(tx kv.Tx) error {
+					b, err := tx.CreateBucketIfNotExists([]byte("c"))
+					if err != nil {
+						return err
+					}
+					n, _ := strconv.Atoi(string(b.Get([]byte("n"))))
+					return b.Put([]byte("n"), []byte(strconv.Itoa(n+1)))
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	db := etcdkv.New(client(t, c), etcdkv.Options{})
+	if err := db.View(t.Context(), func(tx kv.Tx) error {
+		if got := string(tx.Bucket([]byte("c")).Get([]byte("n"))); got != strconv.Itoa(writers*each) {
+			return fmt.Errorf("counter %s after %d increments", got, writers*each)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoWriteSkew: two transactions that each walk a bucket and insert
+// only if it is empty (an invariant over a range, like "an address has one
+// use") cannot both commit: the second one's walk is a conflict, and its
+// rerun sees the first one's key.
+func TestNoWriteSkew(t *testing.T) {
+	cli := cluster(t)
+	db := etcdkv.New(cli, etcdkv.Options{})
+	if err := db.Update(t.Context(), func(tx kv.Tx) error {
+		_, err := tx.CreateBucketIfNotExists([]byte("uses"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	insertIfEmpty := func(key string, between func()) (inserted bool, err error) {
+		err = db.Update(t.Context(), func(tx kv.Tx) error {
+			b := tx.Bucket([]byte("uses"))
+			inserted = b.KeyN() == 0
+			if between != nil {
+				between()
+				between = nil // only on the first run
+			}
+			if !inserted {
+				return nil
+			}
+			return b.Put([]byte(key), []byte("1"))
+		})
+		return inserted, err
+	}
+	// a walks the empty bucket; b inserts meanwhile; a must not insert.
+	a, err := insertIfEmpty("a", func() {
+		if ok, err := insertIfEmpty("b", nil); err != nil || !ok {
+			t.Errorf("b: inserted %v, %v", ok, err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a {
+		t.Error("a inserted into a bucket b had just inserted into: write skew")
+	}
+	if err := db.View(t.Context(), func(tx kv.Tx) error {
+		if n := tx.Bucket([]byte("uses")).KeyN(); n != 1 {
+			return fmt.Errorf("%d uses, want 1", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTooLarge: a transaction over the per-transaction limit is refused
+// before anything is written.
+func TestTooLarge(t *testing.T) {
+	cli := cluster(t)
+	db := etcdkv.New(cli, etcdkv.Options{MaxTxnOps: 10})
+	err := db.Update(t.Context(), func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("big"))
+		if err != nil {
+			return err
+		}
+		for i := range 20 {
+			if err := b.Put([]byte(strconv.Itoa(i)), []byte("x")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, etcdkv.ErrTooLarge) {
+		t.Fatalf("a 20-key transaction under a 10-operation limit: %v", err)
+	}
+	if err := db.View(t.Context(), func(tx kv.Tx) error {
+		if tx.Bucket([]byte("big")) != nil {
+			return errors.New("the refused transaction created its bucket")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPaging: a walk of a bucket larger than one range page sees every
+// key in order.
+func TestPaging(t *testing.T) {
+	cli := cluster(t)
+	db := etcdkv.New(cli, etcdkv.Options{})
+	const n = 1200
+	for i := 0; i < n; i += 100 {
+		if err := db.Update(t.Context(), func(tx kv.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("p"))
+			if err != nil {
+				return err
+			}
+			for j := i; j < i+100; j++ {
+				if err := b.Put([]byte(fmt.Sprintf("%05d", j)), []byte("x")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := db.View(ctx, func(tx kv.Tx) error {
+		i := 0
+		return tx.Bucket([]byte("p")).ForEach(func(k, _ []byte) error {
+			if want := fmt.Sprintf("%05d", i); string(k) != want {
+				return fmt.Errorf("key %d is %q, want %q", i, k, want)
+			}
+			i++
+			if i > n {
+				return errors.New("more keys than written")
+			}
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
