@@ -217,7 +217,9 @@ func FuzzOpen(f *testing.F) {
 		if e.Key == 0 || len(e.Nonce) != nonceSize {
 			t.Fatalf("parsed a bad envelope: %+v", e)
 		}
-		if err == nil && (!bytes.Equal(b, env) || string(p) != "hunter2" || string(data) != "ad") {
+		// The key is fixed (the seeds are sealed again in each fuzzing
+		// process, with other nonces): only the seeds' secret opens.
+		if err == nil && (string(p) != "hunter2" || string(data) != "ad") {
 			t.Fatalf("opened a forgery: %x %q -> %q", b, data, p)
 		}
 	})
