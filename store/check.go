@@ -68,6 +68,7 @@ func (t *Tx) checkMachines(bad func(string, ...any)) (map[string]Machine, error)
 		if !m.State.Valid() {
 			bad("machine %s: unknown state %q", m.ID, m.State)
 		}
+		checkSecrets(m, v, bad)
 		machines[m.ID] = m
 		return nil
 	})

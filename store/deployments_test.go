@@ -3,7 +3,6 @@ package store_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -439,9 +438,8 @@ func TestMigrateFromSchema9(t *testing.T) {
 	if err := s.Check(); err != nil {
 		t.Fatalf("invariants after migration:\n%v", err)
 	}
-	db2, _ := json.Marshal(store.SchemaVersion)
-	if string(db2) != "10" {
-		t.Fatalf("schema %s, want 10", db2)
+	if store.SchemaVersion < 10 {
+		t.Fatalf("schema %d, want at least 10 (deployments)", store.SchemaVersion)
 	}
 	_, err = s.DeploymentOf(admin, "old")
 	wantCode(t, err, store.CodeNotFound)

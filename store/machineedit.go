@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -129,6 +130,28 @@ func (t *Tx) updateMachine(actor Actor, idOrName string, p MachinePatch) (Machin
 	m := old
 	m.Hostname, m.Arch, m.CPUCount, m.MemoryMB = nm.Hostname, nm.Arch, nm.CPUCount, nm.MemoryMB
 	m.Tags, m.Zone, m.Power = nm.Tags, nm.Zone, nm.Power
+	// The old record's secrets are sealed (m.Power holds only what the
+	// patch gave in clear): cleared power drops them, a new password
+	// replaces its envelope, the same password again keeps it.
+	m.Secrets = maps.Clone(old.Secrets)
+	if p.ClearPower {
+		for _, f := range secretFields {
+			if !(f.name == secretPowerPassword && p.Power.Password != nil) {
+				clearSecret(&m, f.name)
+			}
+		}
+	}
+	if pw := p.Power.Password; pw != nil {
+		was := old
+		if *pw != "" && openSecrets(t.keys.current(), &was) == nil && was.Power.Password == *pw {
+			m.Power.Password = "" // unchanged: keep the envelope
+		} else {
+			delete(m.Secrets, secretPowerPassword)
+		}
+	}
+	if m.Power.Driver == "" && hasSecret(m, secretPowerPassword) {
+		return Machine{}, withMachine(errorf(CodeInvalid, "power address, credentials and cipher suite need a power driver (ipmi, manual)"), old)
+	}
 	changes := describeChanges(old, m)
 	if len(changes) == 0 {
 		return old, nil // nothing to write, nothing to record
@@ -177,7 +200,8 @@ func describeChanges(old, m Machine) []string {
 	if old.Power.Username != m.Power.Username {
 		out = append(out, "power username changed")
 	}
-	if old.Power.Password != m.Power.Password {
+	// m's password is in clear only when it was just set (a new one).
+	if m.Power.Password != "" || hasSecret(old, secretPowerPassword) != hasSecret(m, secretPowerPassword) {
 		out = append(out, "power password changed")
 	}
 	if old.Power.CipherSuite != m.Power.CipherSuite {

@@ -38,9 +38,14 @@ func TestUpdateMachine(t *testing.T) {
 		"credentials only: ipmi at the inventory's BMC": {bmc: "10.0.0.9",
 			patch: store.MachinePatch{Power: store.PowerPatch{Username: ptr("admin"), Password: &secret}},
 			check: func(t *testing.T, m store.Machine) {
-				want := store.PowerParams{Driver: "ipmi", Address: "10.0.0.9", Username: "admin", Password: secret}
+				// The password is sealed: only the power driver's read
+				// opens it.
+				want := store.PowerParams{Driver: "ipmi", Address: "10.0.0.9", Username: "admin"}
 				if m.Power != want {
 					t.Errorf("power %+v, want %+v", m.Power, want)
+				}
+				if len(m.Secrets["power.password"]) == 0 {
+					t.Errorf("no sealed password: %+v", m.Secrets)
 				}
 			}, reason: "power address 10.0.0.9 from the inventory"},
 		"driver without address: the inventory's BMC": {bmc: "10.0.0.9",
@@ -161,12 +166,15 @@ func TestUpdateMachineKeepsWhatIsAbsent(t *testing.T) {
 	if got.Power != want || !reflect.DeepEqual(got.Tags, m.Tags) || got.Zone != m.Zone || got.Hostname != m.Hostname {
 		t.Errorf("got %+v, want power %+v and the rest unchanged", got, want)
 	}
+	if p, err := s.MachineForPower("b1"); err != nil || p.Power.Password != "pw" {
+		t.Errorf("the sealed password after an address change: %q %v", p.Power.Password, err)
+	}
 	// Clearing the power parameters, then asking a commission: refused.
 	if _, err := s.UpdateMachine(t.Context(), admin, "b1", store.MachinePatch{ClearPower: true}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Machine("b1"); got.Power != (store.PowerParams{}) {
-		t.Errorf("cleared power: %+v", got.Power)
+	if got, _ := s.Machine("b1"); got.Power != (store.PowerParams{}) || got.Secrets != nil {
+		t.Errorf("cleared power: %+v, secrets %v", got.Power, got.Secrets)
 	}
 	_, err = s.Transition(t.Context(), admin, store.TransitionRequest{Machine: "b1", Action: store.ActionCommission})
 	wantCode(t, err, store.CodeConflict)

@@ -232,6 +232,9 @@ func (t *Tx) createMachine(actor Actor, nm NewMachine) (Machine, error) {
 // caller returns is what was stored. Callers change hostnames and MACs only
 // through here, so the indexes cannot drift from the records.
 func (t *Tx) putMachine(m *Machine) error {
+	if err := t.sealSecrets(m); err != nil {
+		return err
+	}
 	var old Machine
 	found, err := t.get(bucketMachines, []byte(m.ID), &old)
 	if err != nil {

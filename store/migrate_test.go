@@ -30,7 +30,7 @@ func TestMigrateFromSchema1(t *testing.T) {
 		MACs: []string{"52:54:00:00:00:02"}, CPUCount: 4, Commissioned: true, Owner: "alice", AgentName: "U",
 		StateSince: now, Created: now}
 	err = db.Update(func(tx *bolt.Tx) error {
-		if err := migrations[0](tx); err != nil {
+		if err := migrations[0](nil, tx); err != nil {
 			return err
 		}
 		meta, _ := tx.CreateBucketIfNotExists(bucketMeta)
@@ -164,7 +164,7 @@ func writeSchema7(t *testing.T, secrets map[string]string) string {
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for v := range 7 {
-			if err := migrations[v](tx); err != nil {
+			if err := migrations[v](nil, tx); err != nil {
 				return err
 			}
 		}

@@ -18,10 +18,10 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-
-	"rackd/store/kv"
-
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"rackd/internal/seal"
+	"rackd/store/kv"
 )
 
 // FileName is the database's name inside the state directory.
@@ -46,13 +46,22 @@ var (
 	bucketImages      = []byte("images")      // name "/" arch -> Image
 
 	keySchema = []byte("schema_version")
+	// keyScrub is set while the file may hold, on its free pages, secrets
+	// written in clear by an older schema: Open then rewrites the file.
+	keyScrub = []byte("scrub_free_pages")
 )
+
+// migrateEnv is what a migration may need besides the transaction.
+type migrateEnv struct {
+	// secrets is the keyring that seals BMC secrets (schema 11).
+	secrets *seal.Keyring
+}
 
 // migrations[i] moves a database from schema version i to i+1. Append only:
 // a released migration is never edited.
-var migrations = []func(tx *bolt.Tx) error{
+var migrations = []func(env *migrateEnv, tx *bolt.Tx) error{
 	// 0 -> 1: the first schema.
-	func(tx *bolt.Tx) error {
+	func(_ *migrateEnv, tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketMachines, bucketHostnames, bucketMACs,
 			bucketAllocations, bucketUsers, bucketTokens, bucketEvents} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -62,7 +71,7 @@ var migrations = []func(tx *bolt.Tx) error{
 		return nil
 	},
 	// 1 -> 2: the free index, so that allocation does not scan every machine.
-	func(tx *bolt.Tx) error {
+	func(_ *migrateEnv, tx *bolt.Tx) error {
 		free, err := tx.CreateBucketIfNotExists(bucketFree)
 		if err != nil {
 			return err
@@ -81,7 +90,7 @@ var migrations = []func(tx *bolt.Tx) error{
 	// 2 -> 3: allocations move into their machine's record (one write per
 	// allocation instead of two, and one allocation per machine by
 	// construction).
-	func(tx *bolt.Tx) error {
+	func(_ *migrateEnv, tx *bolt.Tx) error {
 		allocs := tx.Bucket(bucketAllocations)
 		if allocs == nil {
 			return nil
@@ -113,7 +122,7 @@ var migrations = []func(tx *bolt.Tx) error{
 		return tx.DeleteBucket(bucketAllocations)
 	},
 	// 3 -> 4: address management.
-	func(tx *bolt.Tx) error {
+	func(_ *migrateEnv, tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketSubnets, bucketAddresses, bucketAddrByMAC} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
@@ -122,7 +131,7 @@ var migrations = []func(tx *bolt.Tx) error{
 		return nil
 	},
 	// 4 -> 5: the images registry.
-	func(tx *bolt.Tx) error {
+	func(_ *migrateEnv, tx *bolt.Tx) error {
 		if _, err := tx.CreateBucketIfNotExists(bucketImages); err != nil {
 			return fmt.Errorf("create bucket %s: %w", bucketImages, err)
 		}
@@ -130,7 +139,7 @@ var migrations = []func(tx *bolt.Tx) error{
 	},
 	// 5 -> 6: the power queue's requests and each machine's desired and
 	// observed power (machines without a record take their state's policy).
-	func(tx *bolt.Tx) error {
+	func(_ *migrateEnv, tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketPowerRequests, bucketPowerOpen, bucketPowerState} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
@@ -140,7 +149,7 @@ var migrations = []func(tx *bolt.Tx) error{
 	},
 	// 6 -> 7: the MAC index of addresses lives in memory, rebuilt from the
 	// addresses on open (an ACK no longer dirties a random page of it).
-	func(tx *bolt.Tx) error {
+	func(_ *migrateEnv, tx *bolt.Tx) error {
 		if tx.Bucket(bucketAddrByMAC) == nil {
 			return nil
 		}
@@ -149,7 +158,7 @@ var migrations = []func(tx *bolt.Tx) error{
 	// 7 -> 8: a user holds named tokens, each a record of its own; the
 	// token a user had becomes one named "default" (its secret is not
 	// known, only its hash, which is all a token record keeps).
-	func(tx *bolt.Tx) error {
+	func(_ *migrateEnv, tx *bolt.Tx) error {
 		toks, err := tx.CreateBucketIfNotExists(bucketAPITokens)
 		if err != nil {
 			return fmt.Errorf("create bucket %s: %w", bucketAPITokens, err)
@@ -195,7 +204,7 @@ var migrations = []func(tx *bolt.Tx) error{
 		return nil
 	},
 	// 8 -> 9: users' SSH public keys.
-	func(tx *bolt.Tx) error {
+	func(_ *migrateEnv, tx *bolt.Tx) error {
 		if _, err := tx.CreateBucketIfNotExists(bucketSSHKeys); err != nil {
 			return fmt.Errorf("create bucket %s: %w", bucketSSHKeys, err)
 		}
@@ -204,7 +213,7 @@ var migrations = []func(tx *bolt.Tx) error{
 	// 9 -> 10: deployment records and their user-data. A machine
 	// DEPLOYING or DEPLOYED before has none: its deployment ends as it
 	// would have (the image written is the end).
-	func(tx *bolt.Tx) error {
+	func(_ *migrateEnv, tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketDeployments, bucketUserData} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
@@ -212,6 +221,10 @@ var migrations = []func(tx *bolt.Tx) error{
 		}
 		return nil
 	},
+	// 10 -> 11: BMC passwords are sealed under the secrets keyring
+	// (secrets.go); the pages that held them in clear are scrubbed once
+	// the migration is committed (keyScrub).
+	migrateSealPasswords,
 }
 
 // SchemaVersion is the schema this build of rackd writes.
@@ -238,6 +251,15 @@ type Options struct {
 	// the database and the same across restarts; nil draws a random one,
 	// which makes the tokens of machines mid-phase invalid after a restart.
 	CredentialKey []byte
+	// Secrets keeps the keyring that seals the machines' BMC secrets
+	// (secrets.go), outside the database; it is created on first open.
+	// nil keeps one in memory for as long as the store is open.
+	Secrets KeyStore
+	// AcceptLostSecrets opens a database whose secrets were sealed under
+	// keys the keyring does not hold (restored without its keyring file):
+	// those machines' power then fails, with an error naming them, until
+	// their secrets are set again. Without it, Open refuses such a file.
+	AcceptLostSecrets bool
 }
 
 // Store is the rack's database. Its methods are safe for concurrent use.
@@ -273,6 +295,8 @@ type Store struct {
 	credKey []byte
 	// tokens is what is kept in memory about API tokens (tokens.go).
 	tokens *tokenState
+	// keys is the keyring sealing BMC secrets (secrets.go).
+	keys *keyState
 }
 
 // op is one write waiting for the committer.
@@ -334,13 +358,25 @@ func Open(path string, opts Options) (*Store, error) {
 	s := &Store{db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey, tokens: newTokenState(),
 		ops: make(chan *op, opts.MaxBatch), stop: make(chan struct{}), stopped: make(chan struct{}),
 		urgent: make(chan struct{}, 1)}
-	if err := guard(s.migrate); err != nil {
+	if err := guard(s.openKeys); err != nil {
 		db.Close()
 		if errors.Is(err, errCorrupt) {
 			return nil, corrupt(path, err)
 		}
 		return nil, err
 	}
+	if err := guard(s.migrate); err != nil {
+		s.db.Close()
+		if errors.Is(err, errCorrupt) {
+			return nil, corrupt(path, err)
+		}
+		return nil, err
+	}
+	if err := s.scrubIfNeeded(); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	db = s.db
 	s.ipam.refreshSubnets(boltView(db))
 	if err := guard(func() error { return s.ipam.loadMACs(boltView(db)) }); err != nil {
 		db.Close()
@@ -350,6 +386,7 @@ func Open(path string, opts Options) (*Store, error) {
 		close(s.stopped)
 	} else {
 		go s.commitLoop()
+		s.resumeRotation()
 	}
 	return s, nil
 }
@@ -465,8 +502,9 @@ func (s *Store) migrate() error {
 		if err != nil {
 			return err
 		}
+		env := &migrateEnv{secrets: s.keys.current()}
 		for v := have; v < SchemaVersion; v++ {
-			if err := migrations[v](tx); err != nil {
+			if err := migrations[v](env, tx); err != nil {
 				return fmt.Errorf("migrate schema %d -> %d: %w", v, v+1, err)
 			}
 		}
@@ -536,6 +574,8 @@ type Tx struct {
 	powerKicks []string
 	// credKey derives phase credentials (phases.go).
 	credKey []byte
+	// keys seals BMC secrets (secrets.go).
+	keys *keyState
 	// onEvent is Store.OnEvent's function when one is set.
 	onEvent func(Event)
 	// consoleTail is Store.ConsoleTail's function when one is set.
@@ -839,7 +879,7 @@ func (s *Store) commit(batch []*op) {
 				results[i] = err
 				continue
 			}
-			t := &Tx{tx: kv.Bolt(btx), now: now, ipam: s.ipam, credKey: s.credKey, onEvent: s.eventHook(), consoleTail: s.consoleTailHook()}
+			t := &Tx{tx: kv.Bolt(btx), now: now, ipam: s.ipam, credKey: s.credKey, keys: s.keys, onEvent: s.eventHook(), consoleTail: s.consoleTailHook()}
 			if err := s.checkCaller(o.ctx, t); err != nil {
 				results[i] = err
 				continue
@@ -897,7 +937,7 @@ func (s *Store) commit1(o *op) {
 		return
 	}
 	var result error
-	t := &Tx{now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, onEvent: s.eventHook(), consoleTail: s.consoleTailHook()}
+	t := &Tx{now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, keys: s.keys, onEvent: s.eventHook(), consoleTail: s.consoleTailHook()}
 	err := s.db.Update(func(btx *bolt.Tx) error {
 		t.tx = kv.Bolt(btx)
 		if result = s.checkCaller(o.ctx, t); result != nil {
@@ -947,7 +987,7 @@ func boltView(db *bolt.DB) viewFunc {
 // view runs fn in a read transaction.
 func (s *Store) view(fn func(*Tx) error) error {
 	return s.db.View(func(btx *bolt.Tx) error {
-		return fn(&Tx{tx: kv.Bolt(btx), now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey})
+		return fn(&Tx{tx: kv.Bolt(btx), now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, keys: s.keys})
 	})
 }
 

@@ -2,13 +2,15 @@ package store
 
 import "time"
 
-// PowerParams say how to reach a machine's BMC. Username and Password are
-// secrets: they are stored but never leave through the API.
+// PowerParams say how to reach a machine's BMC. Username and Password never
+// leave through the API. Password is never stored as it is: a write seals
+// it into Machine.Secrets (secrets.go), and it is empty in every machine the
+// store returns except those of MachineForPower.
 type PowerParams struct {
 	Driver   string `json:"driver,omitempty"`
 	Address  string `json:"address,omitempty"`
 	Username string `json:"username,omitempty"`
-	Password string `json:"password,omitempty"`
+	Password string `json:"-"`
 	// CipherSuite is the IPMI 2.0 cipher suite (0: the driver's default).
 	CipherSuite int `json:"cipher_suite,omitempty"`
 }
@@ -33,6 +35,9 @@ type Machine struct {
 	Owner     string      `json:"owner,omitempty"`
 	AgentName string      `json:"agent_name,omitempty"`
 	Power     PowerParams `json:"power"`
+	// Secrets are the machine's BMC secrets, sealed (secrets.go): field
+	// name ("power.password") -> envelope.
+	Secrets map[string][]byte `json:"secrets,omitempty"`
 	// DeployImage names the image the machine deploys (set by deploy).
 	DeployImage string `json:"deploy_image,omitempty"`
 	// SystemUUID is the SMBIOS system UUID the machine reported when it

@@ -427,7 +427,9 @@ type job struct {
 
 func (q *Queue) execute(ctx context.Context, w *worker, r store.PowerRequest, nextBoot string, resumed bool) {
 	j := &job{q: q, w: w, r: r}
-	m, err := q.st.Machine(r.Machine)
+	// The one read that opens the BMC secrets: a password that cannot be
+	// decrypted fails the request with an error naming the machine.
+	m, err := q.st.MachineForPower(r.Machine)
 	if err != nil {
 		q.finish(ctx, j, fmt.Errorf("read machine: %w", err))
 		return
@@ -739,7 +741,11 @@ func (j *job) cmd(ctx context.Context, action string, fn func(context.Context) e
 // poll reads a machine's status for the periodic poll and lets the store
 // act on drift.
 func (q *Queue) poll(ctx context.Context, w *worker) {
-	m, err := q.st.Machine(w.id)
+	m, err := q.st.MachineForPower(w.id)
+	if errors.Is(err, store.ErrSecretUnreadable) {
+		q.log.Warn("power poll skipped", "err", err)
+		return
+	}
 	if err != nil || q.drivers[m.Power.Driver] == nil {
 		return
 	}

@@ -21,8 +21,9 @@ type Store interface {
 	OpenPowerRequests(machine string) ([]store.PowerRequest, error)
 	// OpenPowerCount is how many requests are pending or running.
 	OpenPowerCount() (int, error)
-	// Machine returns one machine (its power parameters, its state).
-	Machine(id string) (store.Machine, error)
+	// MachineForPower returns one machine (its power parameters with its
+	// BMC secrets opened, its state).
+	MachineForPower(id string) (store.Machine, error)
 	// ListMachines lists machines (the periodic poll walks all of them).
 	ListMachines(f store.Filter) ([]store.Machine, error)
 
