@@ -23,6 +23,7 @@ import (
 	"rackd/images"
 	"rackd/internal/atomicfile"
 	"rackd/internal/consolelog"
+	"rackd/internal/seal"
 	"rackd/netboot/arp"
 	"rackd/netboot/dhcp"
 	"rackd/netboot/dns"
@@ -144,7 +145,11 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	s, err := store.Open(filepath.Join(cfg.StateDir, store.FileName), store.Options{
 		MaxBatch:      cfg.Store.MaxBatch,
 		CredentialKey: credKey,
-		OnCommit:      a.onCommit,
+		// The keyring sealing the BMC passwords lives beside the
+		// credential key, outside the database and so outside its backups.
+		Secrets:           seal.File{Path: filepath.Join(cfg.StateDir, SecretsKeyFile)},
+		AcceptLostSecrets: cfg.Store.AcceptLostSecrets,
+		OnCommit:          a.onCommit,
 		IPAM: store.IPAMOptions{OfferHold: time.Duration(cfg.IPAM.OfferHold), PXELease: time.Duration(cfg.IPAM.PXELease),
 			Quarantine: time.Duration(cfg.IPAM.Quarantine), StickyOnCommission: &sticky,
 			LeaseCommitDelay: commitDelay(cfg.DHCP.CommitDelay), LeaseCommitBatch: cfg.DHCP.CommitBatch},

@@ -70,6 +70,7 @@ func routes() []route {
 		{"POST /api/v1/tokens", user, (*Agent).createToken},
 		{"DELETE /api/v1/tokens/{id}", user, (*Agent).revokeToken},
 		{"POST /api/v1/admin-token/rotate", admin, (*Agent).rotateAdminToken},
+		{"POST /api/v1/keys/rotate", admin, (*Agent).rotateKeys},
 		{"GET /api/v1/users/{name}/ssh-keys", user, (*Agent).listSSHKeys},
 		{"POST /api/v1/users/{name}/ssh-keys", user, (*Agent).addSSHKey},
 		{"DELETE /api/v1/users/{name}/ssh-keys/{id}", user, (*Agent).deleteSSHKey},

@@ -56,7 +56,8 @@ type Config struct {
 		WatchdogInterval     Duration `toml:"watchdog_interval"`
 	} `toml:"lifecycle"`
 	Store struct {
-		MaxBatch int `toml:"max_batch"`
+		MaxBatch          int  `toml:"max_batch"`
+		AcceptLostSecrets bool `toml:"accept_lost_secrets"`
 	} `toml:"store"`
 	Console ConsoleConfig `toml:"console"`
 	IPAM    struct {

@@ -35,6 +35,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	logFormat := fs.String("log-format", "", "text or json")
 	printDefault := fs.Bool("print-default-config", false, "print the documented default configuration and exit")
 	rotate := fs.Bool("rotate-admin-token", false, "write a new admin token file at start-up; the old admin token stops working")
+	acceptLost := fs.Bool("accept-lost-secrets", false, "start even if secrets.key cannot open the BMC passwords in the database (they must be set again)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -57,6 +58,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		if *flagValue != "" {
 			*field = *flagValue
 		}
+	}
+	if *acceptLost {
+		cfg.Store.AcceptLostSecrets = true
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
