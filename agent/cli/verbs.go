@@ -182,8 +182,11 @@ func backupVerb() *verb {
 		summary: "copy the server's database to FILE (admin)",
 		help: `The copy is written to FILE.tmp in the same directory, synced to disk and
 then renamed to FILE, so FILE is either the previous file or a complete copy,
-never half of one. On any error FILE.tmp is removed. The copy holds secrets
-(hashed tokens, BMC credentials): it is created with mode 0600.`,
+never half of one. On any error FILE.tmp is removed. The copy holds hashed
+tokens and BMC user names: it is created with mode 0600. Its BMC passwords
+are sealed under the server's <state dir>/secrets.key, which is not in the
+copy: keep a copy of that file too, apart from the backups; a restore needs
+it (docs/CLI.md, "backup").`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			return func(e *env, args []string) error {
 				c, err := e.client()
