@@ -60,7 +60,7 @@ func TestPatchMachine(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("merge-patch+json: %d", resp.StatusCode)
 	}
-	stored, err := ta.store.Machine("b1")
+	stored, err := ta.store.MachineForPower("b1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestPatchMachine(t *testing.T) {
 	if status, raw := ta.call(t, ta.admin, "PATCH", "/api/v1/machines/b1", `{"power": null}`, &m); status != 200 || m.Power.Driver != "" {
 		t.Errorf("power null: %d %s", status, raw)
 	}
-	if s, _ := ta.store.Machine("b1"); s.Power.Password != "" {
+	if s, _ := ta.store.MachineForPower("b1"); s.Power.Password != "" || s.Secrets != nil {
 		t.Errorf("power null kept the password")
 	}
 
