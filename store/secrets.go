@@ -172,11 +172,13 @@ func (s *Store) openKeys() error {
 	return nil
 }
 
-// lostSecrets lists machines with secrets the keyring cannot open.
-type lostSecrets []struct {
+// lostSecret is a machine with a secret the keyring cannot open.
+type lostSecret struct {
 	id, hostname string
 	key          seal.KeyID
 }
+
+type lostSecrets []lostSecret
 
 func (l lostSecrets) names(max int) []string {
 	var out []string
@@ -223,15 +225,15 @@ func (s *Store) unreadableSecrets(ring *seal.Keyring) (lostSecrets, error) {
 					continue
 				}
 				if id, err := seal.KeyOf(env); err != nil || !ring.Has(id) {
-					lost = append(lost, struct {
-						id, hostname string
-						key          seal.KeyID
-					}{m.ID, m.Hostname, id})
+					lost = append(lost, lostSecret{m.ID, m.Hostname, id})
 					break
 				}
 			}
 			return nil
 		})
+	})
+	slices.SortFunc(lost, func(a, b lostSecret) int {
+		return strings.Compare(a.hostname, b.hostname)
 	})
 	return lost, err
 }
