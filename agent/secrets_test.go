@@ -98,6 +98,30 @@ func TestPowerRealBMCSealedPassword(t *testing.T) {
 	}
 	noPassword("the database file", file)
 
+	// Restored on another host: without the keyring file the start is
+	// refused, naming the file; with it, the password opens.
+	restore := DefaultConfig()
+	restore.StateDir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(restore.StateDir, store.FileName), backup, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	missing := filepath.Join(restore.StateDir, SecretsKeyFile)
+	if _, err := New(restore, discard); err == nil || !strings.Contains(err.Error(), missing+" is missing") ||
+		!strings.Contains(err.Error(), "machine(s) (s)") {
+		t.Fatalf("restore without %s: %v", SecretsKeyFile, err)
+	}
+	keyring, _ := os.ReadFile(ta.SecretsKeyPath())
+	os.WriteFile(missing, keyring, 0o600)
+	b, err := New(restore, discard)
+	if err != nil {
+		t.Fatalf("restore with %s: %v", SecretsKeyFile, err)
+	}
+	defer b.Close()
+	if m, err := b.store.MachineForPower("s"); err != nil || m.Power.Password != sim.Password {
+		t.Fatalf("restored with the keyring: %q %v", m.Power.Password, err)
+	}
+
 	// A user may not rotate.
 	tok := ta.addUser(t, "u", false)
 	status, raw = ta.call(t, tok, "POST", "/api/v1/keys/rotate", nil, nil)

@@ -743,7 +743,9 @@ func (j *job) cmd(ctx context.Context, action string, fn func(context.Context) e
 func (q *Queue) poll(ctx context.Context, w *worker) {
 	m, err := q.st.MachineForPower(w.id)
 	if errors.Is(err, store.ErrSecretUnreadable) {
-		q.log.Warn("power poll skipped", "err", err)
+		// Said once at start and by every request for the machine; the
+		// poll, every interval, only at debug level.
+		q.log.Debug("power poll skipped", "err", err)
 		return
 	}
 	if err != nil || q.drivers[m.Power.Driver] == nil {
