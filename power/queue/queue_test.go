@@ -45,6 +45,12 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newHarnessOn(t, st, cfg)
+}
+
+// newHarnessOn is newHarness on a store of the test's.
+func newHarnessOn(t *testing.T, st *store.Store, cfg Config) *harness {
+	t.Helper()
 	h := &harness{t: t, st: st, fake: powertest.NewFake(), reg: prometheus.NewRegistry(), names: map[string]string{}}
 	h.q = New(st, map[string]power.Driver{"fake": h.fake}, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(h.reg))
 	h.start()
@@ -170,6 +176,42 @@ func TestTargetCarriesCipherSuite(t *testing.T) {
 	h.waitFinal(h.request(m.ID, store.PowerQuery).ID)
 	if tg := h.fake.LastTarget("bmc17/u"); tg.CipherSuite != 17 || tg.Password != "p" {
 		t.Errorf("target %+v, want cipher suite 17", tg)
+	}
+}
+
+// TestUnreadableSecretFailsTheRequest: a machine whose BMC password the
+// keyring cannot open (a database restored without its key file, started
+// anyway) gets a failed request that names it and says what to do, and no
+// command reaches its BMC.
+func TestUnreadableSecretFailsTheRequest(t *testing.T) {
+	path := filepath.Join(t.TempDir(), store.FileName)
+	st, err := store.Open(path, store.Options{Secrets: store.MemoryKeys()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.CreateMachine(context.Background(), admin, store.NewMachine{
+		Hostname: "lost", MACs: []string{"52:54:00:00:98:01"}, State: store.StateReady,
+		Power: store.PowerParams{Driver: "fake", Address: "bmc98", Username: "u", Password: "p"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st, err = store.Open(path, store.Options{Secrets: store.MemoryKeys(), AcceptLostSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessOn(t, st, fastConfig())
+	r := h.request(m.ID, store.PowerOn)
+	h.waitFinal(r.ID)
+	got := h.get(r.ID)
+	if got.State != store.PowerFailed || !strings.Contains(got.Error, "machine lost:") ||
+		!strings.Contains(got.Error, "rackd machines set lost --power-password") {
+		t.Fatalf("request for a machine with a lost password: %+v", got)
+	}
+	for _, c := range []string{powertest.CmdOn, powertest.CmdStatus} {
+		if n := h.fake.Count("bmc98/u", c); n != 0 {
+			t.Errorf("%d %s commands reached the BMC", n, c)
+		}
 	}
 }
 
