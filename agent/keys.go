@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"net/http"
 	"path/filepath"
 
@@ -19,7 +20,9 @@ func (a *Agent) SecretsKeyPath() string { return filepath.Join(a.cfg.StateDir, S
 
 // rotateKeys makes a new secrets key and re-encrypts every secret under it.
 func (a *Agent) rotateKeys(w http.ResponseWriter, r *http.Request, who store.Actor) {
-	rot, err := a.store.RotateSecrets(r.Context(), who)
+	// A client that hangs up does not stop a rotation halfway (which would
+	// be safe, but leave two keys in the file until the next one).
+	rot, err := a.store.RotateSecrets(context.WithoutCancel(r.Context()), who)
 	if err != nil {
 		a.storeError(w, r, err)
 		return

@@ -347,6 +347,9 @@ func (s *Store) RotateSecrets(ctx context.Context, actor Actor) (Rotation, error
 	if !actor.Admin {
 		return Rotation{}, errorf(CodeForbidden, "only an admin may rotate the secrets key")
 	}
+	if s.opts.ReadOnly {
+		return Rotation{}, ErrReadOnly
+	}
 	k := s.keys
 	k.rotate.Lock()
 	defer k.rotate.Unlock()

@@ -419,6 +419,12 @@ func TestRotateSecretsCrash(t *testing.T) {
 			onDisk, _ := disk.Load()
 			ro := openWithKeys(t, path, disk, Options{ReadOnly: true})
 			wantReadable(t, ro, n)
+			if _, err := ro.RotateSecrets(context.Background(), testAdmin); !errors.Is(err, ErrReadOnly) {
+				t.Fatalf("rotate on a read-only store: %v", err)
+			}
+			if again, _ := disk.Load(); !again.Equal(onDisk) {
+				t.Fatal("a refused rotation changed the keyring")
+			}
 			ro.Close()
 			s = openWithKeys(t, path, disk, Options{})
 			defer s.Close()
