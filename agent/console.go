@@ -102,6 +102,17 @@ func (a *Agent) consoleAccess(w http.ResponseWriter, r *http.Request, who store.
 	return m, true
 }
 
+// consoleTarget is how the console reaches m's BMC: its power parameters
+// with the BMC password opened (the store returns machines without it). A
+// password that cannot be decrypted is an error naming the machine.
+func (a *Agent) consoleTarget(m store.Machine) (power.Target, error) {
+	pm, err := a.store.MachineForPower(m.ID)
+	if err != nil {
+		return power.Target{}, err
+	}
+	return queue.Target(pm), nil
+}
+
 // consoleDriver is m's driver when it has a serial console, or answers 400.
 func (a *Agent) consoleDriver(w http.ResponseWriter, m store.Machine) (power.Consoler, bool) {
 	drv, ok := a.powerDrivers[m.Power.Driver].(power.Consoler)
@@ -144,8 +155,13 @@ func (a *Agent) machineConsole(w http.ResponseWriter, r *http.Request, who store
 		}
 		write = b
 	}
+	target, err := a.consoleTarget(m)
+	if err != nil {
+		writeError(w, http.StatusConflict, api.CodeConflict, err.Error())
+		return
+	}
 	actx, cancel := context.WithTimeout(r.Context(), 2*time.Duration(a.cfg.Power.CommandTimeout))
-	att, err := a.consoles.Attach(actx, drv, queue.Target(m), consolehub.AttachOptions{Who: who.Name, Machine: m.Hostname, Write: write})
+	att, err := a.consoles.Attach(actx, drv, target, consolehub.AttachOptions{Who: who.Name, Machine: m.Hostname, Write: write})
 	cancel()
 	var busy *consolehub.BusyError
 	switch {

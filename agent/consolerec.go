@@ -9,7 +9,6 @@ import (
 	"rackd/internal/consolelog"
 	"rackd/power"
 	"rackd/power/consolehub"
-	"rackd/power/queue"
 	"rackd/store"
 )
 
@@ -254,10 +253,14 @@ func (rc *recorder) record(ctx context.Context, id string, r *recording) {
 		if !ok {
 			wait = time.Duration(rc.a.cfg.Lifecycle.WatchdogInterval) // no console: nothing to record
 		} else {
-			actx, cancel := context.WithTimeout(ctx, 2*time.Duration(rc.a.cfg.Power.CommandTimeout))
-			att, err := rc.a.consoles.Attach(actx, drv, queue.Target(m),
-				consolehub.AttachOptions{Recorder: true, Sink: r.sink, Machine: m.Hostname})
-			cancel()
+			target, err := rc.a.consoleTarget(m)
+			var att *consolehub.Attachment
+			if err == nil {
+				actx, cancel := context.WithTimeout(ctx, 2*time.Duration(rc.a.cfg.Power.CommandTimeout))
+				att, err = rc.a.consoles.Attach(actx, drv, target,
+					consolehub.AttachOptions{Recorder: true, Sink: r.sink, Machine: m.Hostname})
+				cancel()
+			}
 			if err == nil {
 				warned = false
 				rc.log.Debug("console recording", "machine", id, "hostname", m.Hostname)
