@@ -36,6 +36,8 @@ func (b boltBucket) Delete(key []byte) error                  { return b.b.Delet
 func (b boltBucket) ForEach(fn func(k, v []byte) error) error { return b.b.ForEach(fn) }
 func (b boltBucket) Cursor() Cursor                           { return boltCursor{b.b.Cursor()} }
 func (b boltBucket) NextSequence() (uint64, error)            { return b.b.NextSequence() }
+func (b boltBucket) Sequence() uint64                         { return b.b.Sequence() }
+func (b boltBucket) SetSequence(v uint64) error               { return b.b.SetSequence(v) }
 func (b boltBucket) KeyN() int                                { return b.b.Stats().KeyN }
 
 type boltCursor struct{ c *bolt.Cursor }

@@ -46,6 +46,10 @@ type Bucket interface {
 	// NextSequence returns the bucket's next counter value (from 1),
 	// incremented in this transaction.
 	NextSequence() (uint64, error)
+	// Sequence is the bucket's counter as it is (0 before the first
+	// NextSequence); SetSequence sets it (copying a bucket).
+	Sequence() uint64
+	SetSequence(v uint64) error
 	// KeyN is the number of keys in the bucket.
 	KeyN() int
 }

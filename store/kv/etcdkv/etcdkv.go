@@ -381,19 +381,32 @@ func (b *bucket) NextSequence() (uint64, error) {
 	if !b.t.writable {
 		return 0, ErrReadOnly
 	}
-	sk := b.t.meta("S", b.name)
+	n, err := b.sequence()
+	if err != nil {
+		return 0, err
+	}
+	n++
+	return n, b.SetSequence(n)
+}
+
+func (b *bucket) sequence() (uint64, error) {
 	var n uint64
-	if v := b.t.get(sk); v != nil {
+	if v := b.t.get(b.t.meta("S", b.name)); v != nil {
 		var err error
 		if n, err = strconv.ParseUint(string(v), 10, 64); err != nil {
 			return 0, fmt.Errorf("etcdkv: sequence of bucket %q is %q: %w", b.name, v, err)
 		}
 	}
-	if b.t.err != nil {
-		return 0, b.t.err
-	}
-	n++
-	return n, b.t.put(sk, []byte(strconv.FormatUint(n, 10)))
+	return n, b.t.err
+}
+
+func (b *bucket) Sequence() uint64 {
+	n, _ := b.sequence() // an error fails the transaction (t.err)
+	return n
+}
+
+func (b *bucket) SetSequence(v uint64) error {
+	return b.t.put(b.t.meta("S", b.name), []byte(strconv.FormatUint(v, 10)))
 }
 
 func (b *bucket) KeyN() int { return len(b.t.walk(b.name)) }

@@ -210,6 +210,20 @@ func sequence(t *testing.T, e Engine) {
 	if fmt.Sprint(got) != "[1 2 3 4]" {
 		t.Errorf("sequence %v, want [1 2 3 4]", got)
 	}
+	must(t, e.Update(func(tx kv.Tx) error {
+		b := tx.Bucket(name)
+		if n := b.Sequence(); n != 4 {
+			return fmt.Errorf("Sequence = %d after four, want 4", n)
+		}
+		return b.SetSequence(100)
+	}))
+	must(t, e.Update(func(tx kv.Tx) error {
+		n, err := tx.Bucket(name).NextSequence()
+		if err == nil && n != 101 {
+			err = fmt.Errorf("NextSequence after SetSequence(100) = %d, want 101", n)
+		}
+		return err
+	}))
 }
 
 func rollback(t *testing.T, e Engine) {
