@@ -12,6 +12,8 @@
 #     update (TestAppliancePowerLoss) are left to make e2e-appliance: this
 #     run is the longest of make test (three image builds and a dozen boots
 #     under TCG), and make test must stay within half an hour on two cores.
+#   - the store's tests again with RACKD_STORE_ENGINE=etcd: the same suite on
+#     a real etcd (one member on loopback) instead of a database file.
 # They spend most of their time in QEMU under TCG, mostly waiting on the VM:
 # run after the rest of the suite they would double make test's time, run
 # beside it they overlap it.
@@ -61,6 +63,9 @@ if [ -z "${RACKD_E2E_SKIP_APPLIANCE:-}" ]; then
 	beside "the appliance image's tests" RACKD_E2E_APPLIANCE=1 -- \
 		-timeout 50m -run 'TestApplianceBoot/uefi|TestApplianceLifecycle' ./e2e/appliance/
 fi
+# The store's whole suite once more, on a real etcd instead of its
+# database file (store/kv/etcdkv; the test starts its own etcd member).
+beside "the store's tests on etcd" RACKD_STORE_ENGINE=etcd -- -timeout 15m ./store/
 CGO_ENABLED=1 setsid "$go" test -race -count=1 -timeout 20m ./... &
 main_pid=$!
 wait "$main_pid"

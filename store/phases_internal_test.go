@@ -3,10 +3,9 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"rackd/store/kv"
 	"strings"
 	"testing"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Check finds a credential outside its phase, a phase without one, and an
@@ -36,7 +35,7 @@ func TestCheckFindsCredentialDamage(t *testing.T) {
 				t.Fatalf("before the damage: %v", err)
 			}
 			tc.damage(&m)
-			err = s.db.Update(func(tx *bolt.Tx) error {
+			err = s.kv.Update(context.Background(), func(tx kv.Tx) error {
 				data, err := json.Marshal(m)
 				if err != nil {
 					return err

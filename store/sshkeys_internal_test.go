@@ -54,7 +54,7 @@ func TestCheckSSHKeys(t *testing.T) {
 			if tc.at != "" {
 				at = tc.at
 			}
-			err = s.db.Update(func(tx *bolt.Tx) error {
+			err = s.kv.Update(context.Background(), func(tx kv.Tx) error {
 				data, _ := json.Marshal(k)
 				return tx.Bucket(bucketSSHKeys).Put([]byte(at), data)
 			})

@@ -239,6 +239,9 @@ type Options struct {
 	MaxBatch int
 	// ReadOnly opens the file for reading only (offline backup, checks).
 	ReadOnly bool
+	// CommitTimeout bounds one transaction on the engine (an engine across
+	// the network may not answer). Default 30 s.
+	CommitTimeout time.Duration
 	// Now replaces the clock (tests).
 	Now func() time.Time
 	// OnCommit, when set, is told the size and duration of every commit.
@@ -264,6 +267,10 @@ type Options struct {
 
 // Store is the rack's database. Its methods are safe for concurrent use.
 type Store struct {
+	// kv is the engine every operation runs on; db is the same as a bbolt
+	// file, nil on another engine (migrations, backups and the rollback
+	// copy are bbolt's).
+	kv   Engine
 	db   *bolt.DB
 	path string
 	opts Options
@@ -324,16 +331,7 @@ func (o *op) answer(err error) {
 // up to date. It fails fast, with a message that says what to do, when the
 // file is locked by another process, corrupt, or newer than this build.
 func Open(path string, opts Options) (*Store, error) {
-	if opts.LockTimeout <= 0 {
-		opts.LockTimeout = time.Second
-	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 1000
-	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
+	opts.defaults()
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return nil, fmt.Errorf("create state directory: %w", err)
@@ -351,13 +349,7 @@ func Open(path string, opts Options) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
-	credKey := opts.CredentialKey
-	if len(credKey) == 0 {
-		credKey = newCredentialKey()
-	}
-	s := &Store{db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey, tokens: newTokenState(),
-		ops: make(chan *op, opts.MaxBatch), stop: make(chan struct{}), stopped: make(chan struct{}),
-		urgent: make(chan struct{}, 1)}
+	s := newStore(boltEngine{db}, db, path, opts)
 	if err := guard(s.openKeys); err != nil {
 		db.Close()
 		if errors.Is(err, errCorrupt) {
@@ -376,9 +368,11 @@ func Open(path string, opts Options) (*Store, error) {
 		s.db.Close()
 		return nil, err
 	}
+	// The scrub may have rewritten and reopened the file.
 	db = s.db
-	s.ipam.refreshSubnets(boltView(db))
-	if err := guard(func() error { return s.ipam.loadMACs(boltView(db)) }); err != nil {
+	s.kv = boltEngine{db}
+	s.ipam.refreshSubnets(s.viewKV)
+	if err := guard(func() error { return s.ipam.loadMACs(s.viewKV) }); err != nil {
 		db.Close()
 		return nil, corrupt(path, err)
 	}
@@ -389,6 +383,35 @@ func Open(path string, opts Options) (*Store, error) {
 		s.resumeRotation()
 	}
 	return s, nil
+}
+
+// defaults fills in the options left zero.
+func (o *Options) defaults() {
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = time.Second
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1000
+	}
+	if o.CommitTimeout <= 0 {
+		o.CommitTimeout = 30 * time.Second
+	}
+}
+
+// newStore is a store on engine e (db: the same as a bbolt file, or nil),
+// its committer not started.
+func newStore(e Engine, db *bolt.DB, path string, opts Options) *Store {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	credKey := opts.CredentialKey
+	if len(credKey) == 0 {
+		credKey = newCredentialKey()
+	}
+	return &Store{kv: e, db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey, tokens: newTokenState(),
+		ops: make(chan *op, opts.MaxBatch), stop: make(chan struct{}), stopped: make(chan struct{}),
+		urgent: make(chan struct{}, 1)}
 }
 
 // errCorrupt marks a file that bbolt cannot safely read.
@@ -528,12 +551,18 @@ func schemaOf(tx kv.Tx) int {
 func (s *Store) Close() error {
 	s.closeMu.Do(func() { close(s.stop) })
 	<-s.stopped
+	if s.db == nil {
+		return nil // the engine's connection is its owner's to close
+	}
 	return s.db.Close()
 }
 
 // Backup writes a consistent copy of the whole database to w while the store
 // keeps serving (one read transaction; writers are not blocked).
 func (s *Store) Backup(w io.Writer) (int64, error) {
+	if s.db == nil {
+		return 0, errNoFileBackup
+	}
 	var n int64
 	err := s.db.View(func(tx *bolt.Tx) error {
 		var err error
@@ -548,6 +577,9 @@ func (s *Store) Backup(w io.Writer) (int64, error) {
 
 // BackupSize is the size in bytes a backup will have.
 func (s *Store) BackupSize() (int64, error) {
+	if s.db == nil {
+		return 0, errNoFileBackup
+	}
 	var n int64
 	err := s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
 	return n, err
@@ -872,14 +904,19 @@ func (s *Store) commit(batch []*op) {
 	results := make([]error, len(batch))
 	wrote := false
 	var after []func()
-	err := s.db.Update(func(btx *bolt.Tx) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommitTimeout)
+	defer cancel()
+	err := s.kv.Update(ctx, func(tx kv.Tx) error {
+		// An engine may run this function again (a conflict): start over.
+		clear(results)
+		wrote, after = false, after[:0]
 		now := s.now().UTC()
 		for i, o := range batch {
 			if err := o.ctx.Err(); err != nil {
 				results[i] = err
 				continue
 			}
-			t := &Tx{tx: kv.Bolt(btx), now: now, ipam: s.ipam, credKey: s.credKey, keys: s.keys, onEvent: s.eventHook(), consoleTail: s.consoleTailHook()}
+			t := s.newTx(tx, now)
 			if err := s.checkCaller(o.ctx, t); err != nil {
 				results[i] = err
 				continue
@@ -917,7 +954,7 @@ func (s *Store) commit(batch []*op) {
 		return
 	}
 	if err == nil {
-		s.ipam.refreshSubnets(boltView(s.db))
+		s.ipam.refreshSubnets(s.viewKV)
 		runAll(after)
 	}
 	if s.opts.OnCommit != nil {
@@ -937,9 +974,12 @@ func (s *Store) commit1(o *op) {
 		return
 	}
 	var result error
-	t := &Tx{now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, keys: s.keys, onEvent: s.eventHook(), consoleTail: s.consoleTailHook()}
-	err := s.db.Update(func(btx *bolt.Tx) error {
-		t.tx = kv.Bolt(btx)
+	var t *Tx
+	now := s.now().UTC()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommitTimeout)
+	defer cancel()
+	err := s.kv.Update(ctx, func(tx kv.Tx) error {
+		t = s.newTx(tx, now) // afresh if the engine runs this again
 		if result = s.checkCaller(o.ctx, t); result != nil {
 			return result
 		}
@@ -950,10 +990,15 @@ func (s *Store) commit1(o *op) {
 		result = fmt.Errorf("commit: %w", err)
 	}
 	if err == nil {
-		s.ipam.refreshSubnets(boltView(s.db))
+		s.ipam.refreshSubnets(s.viewKV)
 		runAll(t.after)
 	}
 	o.answer(result)
+}
+
+// newTx is one operation's view of the engine's transaction tx.
+func (s *Store) newTx(tx kv.Tx, now time.Time) *Tx {
+	return &Tx{tx: tx, now: now, ipam: s.ipam, credKey: s.credKey, keys: s.keys, onEvent: s.eventHook(), consoleTail: s.consoleTailHook()}
 }
 
 func runAll(fns []func()) {
@@ -977,18 +1022,41 @@ func runOp(fn func(*Tx) error, t *Tx) (err error) {
 // viewFunc runs fn in a read transaction of the engine.
 type viewFunc func(fn func(kv.Tx) error) error
 
-// boltView is db's read transactions as a viewFunc.
-func boltView(db *bolt.DB) viewFunc {
-	return func(fn func(kv.Tx) error) error {
-		return db.View(func(tx *bolt.Tx) error { return fn(kv.Bolt(tx)) })
-	}
+// viewKV runs fn in a read transaction of the engine, bounded by
+// CommitTimeout (an engine across the network may not answer).
+func (s *Store) viewKV(fn func(kv.Tx) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommitTimeout)
+	defer cancel()
+	return s.kv.View(ctx, fn)
 }
 
 // view runs fn in a read transaction.
 func (s *Store) view(fn func(*Tx) error) error {
-	return s.db.View(func(btx *bolt.Tx) error {
-		return fn(&Tx{tx: kv.Bolt(btx), now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, keys: s.keys})
+	return s.viewKV(func(tx kv.Tx) error {
+		return fn(&Tx{tx: tx, now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, keys: s.keys})
 	})
+}
+
+// Engine is a kv engine the store runs on: its bbolt file (Open), or
+// another (OpenEngine). See package kv for what an engine guarantees.
+type Engine interface {
+	// Update runs fn in a read-write transaction, committed durably when
+	// fn returns nil; fn may run more than once.
+	Update(ctx context.Context, fn func(kv.Tx) error) error
+	// View runs fn in a read-only transaction on one snapshot.
+	View(ctx context.Context, fn func(kv.Tx) error) error
+}
+
+// boltEngine is the store's bbolt file as an Engine. bbolt has no
+// context: its transactions are local and bounded by the disk.
+type boltEngine struct{ db *bolt.DB }
+
+func (e boltEngine) Update(_ context.Context, fn func(kv.Tx) error) error {
+	return e.db.Update(func(tx *bolt.Tx) error { return fn(kv.Bolt(tx)) })
+}
+
+func (e boltEngine) View(_ context.Context, fn func(kv.Tx) error) error {
+	return e.db.View(func(tx *bolt.Tx) error { return fn(kv.Bolt(tx)) })
 }
 
 // get decodes the value at key into v; it reports whether the key exists.

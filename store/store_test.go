@@ -31,7 +31,13 @@ var testAdmin = Actor{Name: "admin", Admin: true}
 // the invariants (unless the test breaks them on purpose) and closes it.
 func openTest(t *testing.T, opts Options, check bool) *Store {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), FileName), opts)
+	var s *Store
+	var err error
+	if testEngine != nil {
+		s, err = OpenEngine(testEngine(t), "etcd", opts)
+	} else {
+		s, err = Open(filepath.Join(t.TempDir(), FileName), opts)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +126,9 @@ func metaValue(t *testing.T, s *Store, key string) []byte {
 // An operation that fails after writing must not spoil the batch it shares:
 // it rolls back alone and the others commit.
 func TestReplay(t *testing.T) {
+	if testEngine != nil {
+		t.Skip("many operations sharing one transaction is the database file's group commit; on another engine each operation has its own")
+	}
 	errBad := errors.New("bad op changed its mind")
 	tests := map[string]struct {
 		write     bool   // the bad op writes before failing
@@ -274,19 +283,55 @@ func TestContextCancelled(t *testing.T) {
 func dump(t *testing.T, s *Store) []byte {
 	t.Helper()
 	var b bytes.Buffer
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.ForEach(func(name []byte, bk *bolt.Bucket) error {
+	err := s.kv.View(context.Background(), func(tx kv.Tx) error {
+		for _, name := range schemaBuckets(t) {
+			bk := tx.Bucket(name)
+			if bk == nil {
+				continue
+			}
 			fmt.Fprintf(&b, "[%s] seq %d\n", name, bk.Sequence())
-			return bk.ForEach(func(k, v []byte) error {
+			if err := bk.ForEach(func(k, v []byte) error {
 				fmt.Fprintf(&b, "%q=%q\n", k, v)
 				return nil
-			})
-		})
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// schemaBuckets names the buckets of a new database file, in order.
+func schemaBuckets(t *testing.T) [][]byte {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), FileName), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var names [][]byte
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			names = append(names, bytes.Clone(name))
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// fileOnly skips a test of what only a database file has (its bytes,
+// locks, backups) when the store's tests run on another engine.
+func fileOnly(t *testing.T) {
+	t.Helper()
+	if testEngine != nil {
+		t.Skip("a database file's own behaviour: the store runs on another engine here (RACKD_STORE_ENGINE)")
+	}
 }
 
 // A context cancelled while its operation waits in the queue stops it: the
@@ -315,6 +360,7 @@ func TestContextCancelledWhileQueued(t *testing.T) {
 }
 
 func TestOpenLocked(t *testing.T) {
+	fileOnly(t)
 	for name, readOnly := range map[string]bool{"read-write": false, "read-only": true} {
 		t.Run(name, func(t *testing.T) {
 			s := openTest(t, Options{}, true)
@@ -331,6 +377,7 @@ func TestOpenLocked(t *testing.T) {
 }
 
 func TestOpenCorrupt(t *testing.T) {
+	fileOnly(t)
 	// A real database with some content to cut short.
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.db")
@@ -688,6 +735,7 @@ func TestCloseWhileWriting(t *testing.T) {
 
 // Backup copies a consistent snapshot while writers keep going.
 func TestBackup(t *testing.T) {
+	fileOnly(t)
 	s := openTest(t, Options{}, true)
 	var before []string
 	for i := range 30 {
@@ -782,7 +830,7 @@ func TestBackup(t *testing.T) {
 // operation would make.
 func TestCheckFindsDamage(t *testing.T) {
 	type fixture struct{ alloc, ready, fresh Machine }
-	put := func(tx *bolt.Tx, bucket []byte, key string, v any) error {
+	put := func(tx kv.Tx, bucket []byte, key string, v any) error {
 		data, err := json.Marshal(v)
 		if err != nil {
 			return err
@@ -790,65 +838,65 @@ func TestCheckFindsDamage(t *testing.T) {
 		return tx.Bucket(bucket).Put([]byte(key), data)
 	}
 	tests := map[string]struct {
-		damage func(tx *bolt.Tx, f fixture) error
+		damage func(tx kv.Tx, f fixture) error
 		want   string
 	}{
-		"allocation record deleted": {func(tx *bolt.Tx, f fixture) error {
+		"allocation record deleted": {func(tx kv.Tx, f fixture) error {
 			m := f.alloc
 			m.Allocation, m.Owner, m.AgentName = nil, "", ""
 			return put(tx, bucketMachines, m.ID, m)
 		}, "is ALLOCATED but has no allocation"},
-		"allocation of a READY machine": {func(tx *bolt.Tx, f fixture) error {
+		"allocation of a READY machine": {func(tx kv.Tx, f fixture) error {
 			m := f.ready
 			m.Allocation = &Allocation{Owner: "mallory"}
 			return put(tx, bucketMachines, m.ID, m)
 		}, "is READY but has an allocation (owner mallory)"},
-		"owner differs from the allocation": {func(tx *bolt.Tx, f fixture) error {
+		"owner differs from the allocation": {func(tx kv.Tx, f fixture) error {
 			m := f.alloc
 			m.Owner = "mallory"
 			return put(tx, bucketMachines, m.ID, m)
 		}, "differ from its allocation"},
-		"owner without allocation": {func(tx *bolt.Tx, f fixture) error {
+		"owner without allocation": {func(tx kv.Tx, f fixture) error {
 			m := f.fresh
 			m.Owner = "mallory"
 			return put(tx, bucketMachines, m.ID, m)
 		}, "has owner mallory but no allocation"},
-		"hostname indexed to another machine": {func(tx *bolt.Tx, f fixture) error {
+		"hostname indexed to another machine": {func(tx kv.Tx, f fixture) error {
 			return tx.Bucket(bucketHostnames).Put([]byte(f.ready.Hostname), []byte(f.alloc.ID))
 		}, "hostname r indexed to"},
-		"stale hostname": {func(tx *bolt.Tx, f fixture) error {
+		"stale hostname": {func(tx kv.Tx, f fixture) error {
 			return tx.Bucket(bucketHostnames).Put([]byte("ghost"), []byte(f.ready.ID))
 		}, "hostnames index: ghost"},
-		"MAC not indexed": {func(tx *bolt.Tx, f fixture) error {
+		"MAC not indexed": {func(tx kv.Tx, f fixture) error {
 			return tx.Bucket(bucketMACs).Delete([]byte(f.ready.MACs[0]))
 		}, fmt.Sprintf("MAC %s indexed to \"\"", f0MAC)},
-		"stale MAC": {func(tx *bolt.Tx, f fixture) error {
+		"stale MAC": {func(tx kv.Tx, f fixture) error {
 			return tx.Bucket(bucketMACs).Put([]byte("52:54:00:ff:ff:ff"), []byte(f.ready.ID))
 		}, "macs index: 52:54:00:ff:ff:ff"},
-		"unknown state": {func(tx *bolt.Tx, f fixture) error {
+		"unknown state": {func(tx kv.Tx, f fixture) error {
 			m := f.fresh
 			m.State = "LIMBO"
 			return put(tx, bucketMachines, m.ID, m)
 		}, `unknown state "LIMBO"`},
-		"undecodable machine": {func(tx *bolt.Tx, f fixture) error {
+		"undecodable machine": {func(tx kv.Tx, f fixture) error {
 			return tx.Bucket(bucketMachines).Put([]byte(f.fresh.ID), []byte("{"))
 		}, "undecodable"},
-		"machine under another key": {func(tx *bolt.Tx, f fixture) error {
+		"machine under another key": {func(tx kv.Tx, f fixture) error {
 			return put(tx, bucketMachines, "m-other", f.fresh)
 		}, "stored under key m-other"},
-		"index entry of an unknown token": {func(tx *bolt.Tx, f fixture) error {
+		"index entry of an unknown token": {func(tx kv.Tx, f fixture) error {
 			return tx.Bucket(bucketTokens).Put([]byte(HashToken("x")), []byte("t-ghost"))
 		}, "names token t-ghost"},
-		"token not indexed": {func(tx *bolt.Tx, f fixture) error {
+		"token not indexed": {func(tx kv.Tx, f fixture) error {
 			tk := bobToken(tx)
 			return tx.Bucket(bucketTokens).Delete([]byte(tk.Hash))
 		}, "its hash is indexed to \"\""},
-		"token of an unknown user": {func(tx *bolt.Tx, f fixture) error {
+		"token of an unknown user": {func(tx kv.Tx, f fixture) error {
 			tk := bobToken(tx)
 			tk.User = "ghost"
 			return put(tx, bucketAPITokens, tk.ID, tk)
 		}, `user "ghost" does not exist`},
-		"token under another key": {func(tx *bolt.Tx, f fixture) error {
+		"token under another key": {func(tx kv.Tx, f fixture) error {
 			return put(tx, bucketAPITokens, "t-other", bobToken(tx))
 		}, "stored under key t-other"},
 	}
@@ -871,7 +919,7 @@ func TestCheckFindsDamage(t *testing.T) {
 			if err := s.Check(); err != nil {
 				t.Fatalf("before the damage: %v", err)
 			}
-			if err := s.db.Update(func(tx *bolt.Tx) error { return tc.damage(tx, f) }); err != nil {
+			if err := s.kv.Update(context.Background(), func(tx kv.Tx) error { return tc.damage(tx, f) }); err != nil {
 				t.Fatal(err)
 			}
 			err = s.Check()
@@ -883,7 +931,7 @@ func TestCheckFindsDamage(t *testing.T) {
 }
 
 // bobToken is bob's token in TestCheckFindsDamage.
-func bobToken(tx *bolt.Tx) Token {
+func bobToken(tx kv.Tx) Token {
 	var tk Token
 	tx.Bucket(bucketAPITokens).ForEach(func(_, v []byte) error {
 		json.Unmarshal(v, &tk)

@@ -31,7 +31,7 @@ const StartTimeout = 60 * time.Second
 
 // Cluster is a running etcd cluster on loopback.
 type Cluster struct {
-	t       testing.TB
+	t       testing.TB // nil for a Launch cluster
 	bin     string
 	token   string
 	members []*Member
@@ -51,44 +51,77 @@ type Member struct {
 }
 
 // Start starts an n-member cluster and waits until every member reports
-// healthy. It skips the test when the process may not run it (see
-// netnstest.Tool: a missing etcd fails as root or in CI).
+// healthy; the test's end stops it. It skips the test when the process may
+// not run it (see netnstest.Tool: a missing etcd fails as root or in CI).
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
-	if n < 1 {
-		t.Fatalf("etcdtest: %d members", n)
+	netnstest.Tool(t, "etcd")
+	c, err := Launch(n, t.TempDir())
+	if c != nil {
+		c.t = t
+		t.Cleanup(func() {
+			if t.Failed() {
+				for _, m := range c.members {
+					t.Logf("etcdtest: output of %s:\n%s", m.Name, m.output())
+				}
+			}
+			c.Close()
+		})
 	}
-	c := &Cluster{t: t, bin: netnstest.Tool(t, "etcd"), token: netnstest.Name("rackd-etcd")}
-	root := t.TempDir()
-	ports := freePorts(t, 2*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Launch is Start outside a test (a TestMain's cluster shared by a
+// package's tests): the members keep their data under dir, and the caller
+// stops them with Close. On an error the cluster returned, if any, still
+// needs closing.
+func Launch(n int, dir string) (*Cluster, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("etcdtest: %d members", n)
+	}
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		return nil, fmt.Errorf("etcdtest: %w (scripts/test-deps.sh installs etcd-server)", err)
+	}
+	c := &Cluster{bin: bin, token: netnstest.Name("rackd-etcd")}
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
 	var initial []string
 	for i := range n {
 		m := &Member{
 			Name:      fmt.Sprintf("m%d", i),
 			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
 			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
-			Dir:       filepath.Join(root, fmt.Sprintf("m%d", i)),
+			Dir:       filepath.Join(dir, fmt.Sprintf("m%d", i)),
 		}
 		c.members = append(c.members, m)
 		initial = append(initial, m.Name+"="+m.PeerURL)
 	}
-	t.Cleanup(func() {
-		for _, m := range c.members {
-			m.stop(5 * time.Second)
-			if t.Failed() {
-				t.Logf("etcdtest: output of %s:\n%s", m.Name, m.output())
-			}
-		}
-	})
 	for _, m := range c.members {
-		c.launch(m, strings.Join(initial, ","), "new")
+		if err := c.launch(m, strings.Join(initial, ","), "new"); err != nil {
+			return c, err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	for i := range c.members {
-		c.waitHealthy(ctx, i)
+		if err := c.waitHealthy(ctx, i); err != nil {
+			return c, err
+		}
 	}
-	return c
+	return c, nil
+}
+
+// Close stops every member by its PID (SIGTERM, then SIGKILL).
+func (c *Cluster) Close() {
+	for _, m := range c.members {
+		m.stop(5 * time.Second)
+	}
 }
 
 // Endpoints returns the members' client URLs.
@@ -147,15 +180,18 @@ func (c *Cluster) Restart(i int) {
 	for _, o := range c.members {
 		initial = append(initial, o.Name+"="+o.PeerURL)
 	}
-	c.launch(m, strings.Join(initial, ","), "existing")
+	if err := c.launch(m, strings.Join(initial, ","), "existing"); err != nil {
+		c.t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
-	c.waitHealthy(ctx, i)
+	if err := c.waitHealthy(ctx, i); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // launch starts member m's process.
-func (c *Cluster) launch(m *Member, initial, state string) {
-	c.t.Helper()
+func (c *Cluster) launch(m *Member, initial, state string) error {
 	args := []string{
 		"--name", m.Name,
 		"--data-dir", m.Dir,
@@ -178,7 +214,7 @@ func (c *Cluster) launch(m *Member, initial, state string) {
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		c.t.Fatalf("etcdtest: start %s: %v", m.Name, err)
+		return fmt.Errorf("etcdtest: start %s: %w", m.Name, err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -188,11 +224,11 @@ func (c *Cluster) launch(m *Member, initial, state string) {
 	m.mu.Lock()
 	m.cmd, m.out, m.done = cmd, out, done
 	m.mu.Unlock()
+	return nil
 }
 
 // waitHealthy waits until member i answers /health with health "true".
-func (c *Cluster) waitHealthy(ctx context.Context, i int) {
-	c.t.Helper()
+func (c *Cluster) waitHealthy(ctx context.Context, i int) error {
 	m := c.members[i]
 	client := &http.Client{Timeout: 2 * time.Second}
 	var last string
@@ -202,17 +238,17 @@ func (c *Cluster) waitHealthy(ctx context.Context, i int) {
 		m.mu.Unlock()
 		select {
 		case <-done:
-			c.t.Fatalf("etcdtest: %s exited before it was healthy:\n%s", m.Name, m.output())
+			return fmt.Errorf("etcdtest: %s exited before it was healthy:\n%s", m.Name, m.output())
 		default:
 		}
 		ok, why := health(ctx, client, m.ClientURL)
 		if ok {
-			return
+			return nil
 		}
 		last = why
 		select {
 		case <-ctx.Done():
-			c.t.Fatalf("etcdtest: %s not healthy within %v (last: %s):\n%s", m.Name, StartTimeout, last, m.output())
+			return fmt.Errorf("etcdtest: %s not healthy within %v (last: %s):\n%s", m.Name, StartTimeout, last, m.output())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -274,8 +310,7 @@ func (m *Member) output() string {
 
 // freePorts returns n distinct TCP ports on 127.0.0.1 that were free a
 // moment ago. They are held open together so that no two are the same.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
+func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -286,10 +321,10 @@ func freePorts(t testing.TB, n int) []int {
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("etcdtest: free port: %v", err)
+			return nil, fmt.Errorf("etcdtest: free port: %w", err)
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	return ports
+	return ports, nil
 }

@@ -185,15 +185,15 @@ func (t *tx) get(key string) []byte {
 		return nil
 	}
 	t.read[key] = resp.Kvs[0].ModRevision
-	t.values[key] = resp.Kvs[0].Value
-	return resp.Kvs[0].Value
+	t.values[key] = present(resp.Kvs[0].Value)
+	return t.values[key]
 }
 
 func (t *tx) put(key string, value []byte) error {
 	if !t.writable {
 		return ErrReadOnly
 	}
-	v := bytes.Clone(value)
+	v := append([]byte{}, value...) // empty, never nil: the key exists
 	t.writes[key] = &v
 	return nil
 }
@@ -232,7 +232,7 @@ func (t *tx) walk(bucket string) []pair {
 			t.rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			merged[string(kv.Key)] = kv.Value
+			merged[string(kv.Key)] = present(kv.Value)
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			break
@@ -315,6 +315,15 @@ func (t *tx) commit() (bool, error) {
 		return false, fmt.Errorf("etcdkv: commit: %w", err)
 	}
 	return resp.Succeeded, nil
+}
+
+// present is a stored value as Get returns it: etcd hands an empty value
+// back as nil, which would read as an absent key.
+func present(v []byte) []byte {
+	if v == nil {
+		return []byte{}
+	}
+	return v
 }
 
 func cutByte(s string, c byte) (string, string, bool) {

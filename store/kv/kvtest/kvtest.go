@@ -84,7 +84,30 @@ func create(t *testing.T, e Engine, pairs ...string) {
 }
 
 func putGetDelete(t *testing.T, e Engine) {
-	create(t, e, "k1", "v1", "k2", "v2")
+	create(t, e, "k1", "v1", "k2", "v2", "empty", "")
+	// An empty value is a key that exists (index buckets hold only keys).
+	must(t, e.View(func(tx kv.Tx) error {
+		if got := tx.Bucket(name).Get([]byte("empty")); got == nil || len(got) != 0 {
+			return fmt.Errorf("Get of a key with an empty value = %#v, want empty and not nil", got)
+		}
+		return nil
+	}))
+	// A key put with a nil value exists once committed (bbolt answers nil
+	// for it inside the putting transaction: the store does not rely on
+	// either answer there).
+	must(t, e.Update(func(tx kv.Tx) error { return tx.Bucket(name).Put([]byte("nil"), nil) }))
+	must(t, e.View(func(tx kv.Tx) error {
+		if got := tx.Bucket(name).Get([]byte("nil")); got == nil {
+			return errors.New("Get of a key put with a nil value = nil, want empty")
+		}
+		return nil
+	}))
+	must(t, e.Update(func(tx kv.Tx) error {
+		if err := tx.Bucket(name).Delete([]byte("nil")); err != nil {
+			return err
+		}
+		return tx.Bucket(name).Delete([]byte("empty"))
+	}))
 	must(t, e.Update(func(tx kv.Tx) error {
 		b := tx.Bucket(name)
 		if got := b.Get([]byte("k1")); string(got) != "v1" {
