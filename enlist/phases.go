@@ -3,9 +3,11 @@ package enlist
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"regexp"
 )
 
@@ -21,10 +23,10 @@ import (
 // back) is answered again without changing anything.
 //
 //	POST /metadata/v1/credential    CredentialRequest{machine, mac}
-//	  -> 200 Credential{token, phase}
+//	  -> 200 Credential{token, phase, bmc_setup}
 //	  |  403 {"error", "code": "forbidden"}  (not the binding's holder, not in a phase, ...)
 //	  |  409 {"error", "code": "conflict"}   (claimed already in this phase)
-//	POST /metadata/v1/commissioned  Report{machine, inventory | error}
+//	POST /metadata/v1/commissioned  Report{machine, inventory, bmc | error}
 //	POST /metadata/v1/deployed      Report{machine, disk, bytes, sha256 | error}
 //	POST /metadata/v1/erased        Report{machine, erased | error}
 //	  -> 200 ReportAnswer{state, action}
@@ -69,6 +71,11 @@ func (c CredentialRequest) Validate() error {
 type Credential struct {
 	Token string `json:"token"`
 	Phase string `json:"phase"`
+	// BMCSetup asks the commissioning environment to set up the
+	// machine's BMC in-band and report its credentials (Report.BMC):
+	// rackd will store them, because the machine has no power
+	// configuration an operator set (or the operator forced it).
+	BMCSetup bool `json:"bmc_setup,omitempty"`
 }
 
 // ClaimCredential claims the machine's phase credential from the interface
@@ -112,7 +119,57 @@ type Report struct {
 	SHA256 string `json:"sha256,omitempty"`
 	// Erased names the disks an erase wiped.
 	Erased []string `json:"erased,omitempty"`
+	// BMC is what commissioning's in-band BMC set-up did, when rackd
+	// asked for it (Credential.BMCSetup).
+	BMC *BMCReport `json:"bmc,omitempty"`
 }
+
+// BMCReport is the BMC set-up's result: the user the environment created
+// or updated on the machine's BMC, or why it could not. The password
+// travels only here, over the phase credential; rackd keeps it with the
+// machine's power parameters and never shows it.
+type BMCReport struct {
+	// Driver is the power driver the credentials are for ("ipmi").
+	Driver   string `json:"driver"`
+	Address  string `json:"address,omitempty"`
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	// Detail says what the set-up found and changed (user slot, channel,
+	// address source); never a secret.
+	Detail string `json:"detail,omitempty"`
+	// Error, when set, is why the BMC was not set up; the commissioning
+	// itself still succeeds.
+	Error string `json:"error,omitempty"`
+}
+
+// Validate checks a BMC report: an IPMI address and credentials a BMC
+// can hold, or an error.
+func (b BMCReport) Validate() error {
+	if b.Driver != "ipmi" {
+		return fmt.Errorf("bmc.driver %q: want ipmi", clip(b.Driver))
+	}
+	if len(b.Error) > MaxReportError || len(b.Detail) > MaxReportError {
+		return fmt.Errorf("bmc.error or bmc.detail is longer than %d bytes", MaxReportError)
+	}
+	if b.Error != "" {
+		if b.Address != "" || b.Username != "" || b.Password != "" {
+			return errors.New("bmc: a failed set-up reports no address or credentials")
+		}
+		return nil
+	}
+	if a, err := netip.ParseAddr(b.Address); err != nil || !a.Is4() || a.IsUnspecified() {
+		return fmt.Errorf("bmc.address %q is not an IPv4 address", clip(b.Address))
+	}
+	if !bmcTextRE.MatchString(b.Username) || len(b.Username) > 16 {
+		return errors.New("bmc.username: want 1 to 16 printable ASCII characters")
+	}
+	if !bmcTextRE.MatchString(b.Password) || len(b.Password) > 20 {
+		return errors.New("bmc.password: want 1 to 20 printable ASCII characters")
+	}
+	return nil
+}
+
+var bmcTextRE = regexp.MustCompile(`^[!-~]+$`)
 
 // ReportAnswer is rackd's answer to a report: the machine's state now and
 // what the environment does next.
@@ -148,6 +205,11 @@ func (r Report) Validate() error {
 	for _, d := range append([]string{r.Disk}, r.Erased...) {
 		if d != "" && !diskNameRE.MatchString(d) {
 			return fmt.Errorf("disk name %q: want a kernel device name like sda or nvme0n1", clip(d))
+		}
+	}
+	if r.BMC != nil {
+		if err := r.BMC.Validate(); err != nil {
+			return err
 		}
 	}
 	if r.SHA256 != "" && !sha256RE.MatchString(r.SHA256) {

@@ -610,9 +610,15 @@ func (s *Sim) HookLog() string {
 // Ipmitool runs ipmitool -I lanplus -C 3 against the simulator, the
 // password passed through the environment (-E), never argv.
 func (s *Sim) Ipmitool(ctx context.Context, args ...string) (string, error) {
-	argv := append([]string{"-I", "lanplus", "-C", "3", "-H", s.Host, "-p", strconv.Itoa(s.Port), "-U", s.User, "-E", "-N", "1", "-R", "3"}, args...)
+	return s.IpmitoolAs(ctx, s.User, s.Password, args...)
+}
+
+// IpmitoolAs is Ipmitool logged in as another user of the BMC (one a
+// test created).
+func (s *Sim) IpmitoolAs(ctx context.Context, user, password string, args ...string) (string, error) {
+	argv := append([]string{"-I", "lanplus", "-C", "3", "-H", s.Host, "-p", strconv.Itoa(s.Port), "-U", user, "-E", "-N", "1", "-R", "3"}, args...)
 	cmd := exec.CommandContext(ctx, "ipmitool", argv...)
-	cmd.Env = append(os.Environ(), "IPMI_PASSWORD="+s.Password)
+	cmd.Env = append(os.Environ(), "IPMI_PASSWORD="+password)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

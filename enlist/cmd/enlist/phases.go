@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"rackd/enlist"
+	"rackd/enlist/bmc"
 	"rackd/enlist/deploy"
 	"rackd/enlist/inventory"
 	"rackd/internal/chunksum"
@@ -155,15 +156,20 @@ func runPhase(ctx context.Context, sys system, p phaseArgs, mac string, base *ur
 	default:
 		return "", "", fmt.Errorf("rackd.mode=%q: want enlist, commission, deploy or erase", p.mode)
 	}
-	if p.token, err = claimCredential(ctx, client, p, mac, say); err != nil {
+	cred, err := claimCredential(ctx, client, p, mac, say)
+	if err != nil {
 		return "", "", err
 	}
+	p.token = cred.Token
 	rep := enlist.Report{Machine: p.machine}
 	var path, done string
 	switch p.mode {
 	case enlist.ModeCommission:
 		path = enlist.PathCommissioned
 		rep.Inventory = &inv
+		if cred.BMCSetup {
+			rep.BMC = setUpBMC(sys, say)
+		}
 	case enlist.ModeDeploy:
 		path = enlist.PathDeployed
 		res, name, werr := deployImage(ctx, sys, p, base, client, inv, say)
@@ -219,9 +225,9 @@ func runPhase(ctx context.Context, sys system, p phaseArgs, mac string, base *ur
 // claimCredential claims the phase's credential. rackd hands it out once
 // per phase, to the address of mac's DHCP lease: a refusal is not retried,
 // and says on the console what it means.
-func claimCredential(ctx context.Context, client *enlist.Client, p phaseArgs, mac string, say func(string, ...any)) (string, error) {
+func claimCredential(ctx context.Context, client *enlist.Client, p phaseArgs, mac string, say func(string, ...any)) (enlist.Credential, error) {
 	if mac == "" {
-		return "", errors.New("cannot tell which interface holds this machine's address: boot with BOOTIF= on the kernel command line, or let the program run DHCP")
+		return enlist.Credential{}, errors.New("cannot tell which interface holds this machine's address: boot with BOOTIF= on the kernel command line, or let the program run DHCP")
 	}
 	say("claiming the %s credential of machine %s (interface %s)", p.mode, p.machine, mac)
 	cred, err := client.ClaimCredential(ctx, p.machine, mac)
@@ -230,19 +236,48 @@ func claimCredential(ctx context.Context, client *enlist.Client, p phaseArgs, ma
 	case errors.As(err, &perm) && perm.Status == http.StatusConflict:
 		say("REFUSED: rackd handed this phase's credential out already; another host may hold it. " +
 			"rackd's events of this machine name the address that claimed it. This environment cannot report.")
-		return "", fmt.Errorf("credential refused: %s (%d %s)", perm.Msg, perm.Status, perm.Code)
+		return enlist.Credential{}, fmt.Errorf("credential refused: %s (%d %s)", perm.Msg, perm.Status, perm.Code)
 	case errors.As(err, &perm):
 		say("REFUSED: rackd gives the credential only to the address of %s's DHCP lease while the machine is in a phase "+
 			"(an address not from rackd's DHCP, NAT, or a phase that ended); rackd's events of this machine say why.", mac)
-		return "", fmt.Errorf("credential refused: %s (%d %s)", perm.Msg, perm.Status, perm.Code)
+		return enlist.Credential{}, fmt.Errorf("credential refused: %s (%d %s)", perm.Msg, perm.Status, perm.Code)
 	case err != nil:
-		return "", fmt.Errorf("credential: %w", err)
+		return enlist.Credential{}, fmt.Errorf("credential: %w", err)
 	}
 	if cred.Phase != p.mode {
-		return "", fmt.Errorf("credential refused: rackd granted a %s credential, and this environment runs %s", cred.Phase, p.mode)
+		return enlist.Credential{}, fmt.Errorf("credential refused: rackd granted a %s credential, and this environment runs %s", cred.Phase, p.mode)
 	}
 	say("claimed the %s credential", cred.Phase)
-	return cred.Token, nil
+	return cred, nil
+}
+
+// setUpBMC runs the in-band BMC set-up rackd asked for. A failure does
+// not fail the commissioning: rackd records why, and the machine's power
+// stays as it was. The password is reported, never printed.
+func setUpBMC(sys system, say func(string, ...any)) *enlist.BMCReport {
+	rep := &enlist.BMCReport{Driver: "ipmi"}
+	if sys.bmcSetup == nil {
+		rep.Error = "this environment cannot reach a BMC in-band"
+		say("BMC set-up: %s", rep.Error)
+		return rep
+	}
+	say("setting up the BMC in-band (user %s)", bmc.DefaultUser)
+	r, err := sys.bmcSetup()
+	if err != nil {
+		rep.Error = oneLine(err.Error())
+		if len(rep.Error) > enlist.MaxReportError {
+			rep.Error = rep.Error[:enlist.MaxReportError]
+		}
+		say("BMC set-up failed: %s", rep.Error)
+		return rep
+	}
+	rep.Address, rep.Username, rep.Password = r.Address.String(), r.User, r.Password
+	rep.Detail = r.String()
+	if len(rep.Detail) > enlist.MaxReportError {
+		rep.Detail = rep.Detail[:enlist.MaxReportError]
+	}
+	say("BMC set up: %s", rep.Detail)
+	return rep
 }
 
 // stallTimeout ends an image download that makes no progress.

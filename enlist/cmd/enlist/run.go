@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"rackd/enlist"
+	"rackd/enlist/bmc"
 	"rackd/enlist/inventory"
 )
 
@@ -69,9 +70,12 @@ type system struct {
 	net     network
 	modules func(name string) error
 	// bmc reads the BMC's address in-band; nil or an error means unknown.
-	bmc   func() (string, error)
-	sleep func(context.Context, time.Duration) error
-	arch  string
+	bmc func() (string, error)
+	// bmcSetup creates or updates rackd's user on the BMC in-band
+	// (commissioning, when rackd asks); nil: no in-band IPMI here.
+	bmcSetup func() (bmc.Result, error)
+	sleep    func(context.Context, time.Duration) error
+	arch     string
 	// openDisk opens /dev/<name> for writing (deploy and erase modes).
 	openDisk func(name string) (disk, error)
 }

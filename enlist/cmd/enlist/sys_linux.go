@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"rackd/enlist/bmc"
 	"rackd/enlist/deploy"
 	"rackd/enlist/inventory"
 )
@@ -23,12 +24,13 @@ import (
 // realSystem is the machine itself.
 func realSystem() system {
 	return system{
-		stdout:  os.Stdout,
-		root:    os.DirFS("/"),
-		power:   rebooter{},
-		net:     dhcpNet{},
-		modules: func(name string) error { return kmodule.Probe(name, "") },
-		bmc:     bmcAddress,
+		stdout:   os.Stdout,
+		root:     os.DirFS("/"),
+		power:    rebooter{},
+		net:      dhcpNet{},
+		modules:  func(name string) error { return kmodule.Probe(name, "") },
+		bmc:      bmcAddress,
+		bmcSetup: bmcSetup,
 		openDisk: func(name string) (disk, error) {
 			if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 				return nil, fmt.Errorf("disk name %q", name)
@@ -131,4 +133,38 @@ func bmcAddress() (string, error) {
 		return "", err
 	}
 	return inventory.ParseBMCAddress(resp)
+}
+
+// bmcSetup creates or updates rackd's user on the BMC through /dev/ipmi0
+// (package bmc says what it does).
+func bmcSetup() (bmc.Result, error) {
+	if _, err := os.Stat("/dev/ipmi0"); err != nil {
+		return bmc.Result{}, errors.New("no in-band IPMI: no /dev/ipmi0 (no BMC, or the ipmi_si and ipmi_devintf modules did not load)")
+	}
+	dev, err := ipmi.Open(0)
+	if err != nil {
+		return bmc.Result{}, fmt.Errorf("open /dev/ipmi0: %w", err)
+	}
+	defer dev.Close()
+	return bmc.Setup(devConn{dev}, bmc.Options{})
+}
+
+// devConn is bmc.Conn over u-root's in-band IPMI device: RawCmd's answer
+// starts with the completion code, which u-root turns into an error when
+// it is not zero.
+type devConn struct{ dev *ipmi.IPMI }
+
+func (c devConn) Raw(netfn, cmd byte, data []byte) ([]byte, error) {
+	resp, err := c.dev.RawCmd(append([]byte{netfn, cmd}, data...))
+	var cc ipmi.CompletionError
+	if errors.As(err, &cc) {
+		return nil, &bmc.CompletionError{NetFn: netfn, Cmd: cmd, Code: byte(cc)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(resp) == 0 {
+		return nil, fmt.Errorf("ipmi: netfn %#02x command %#02x: empty answer", netfn, cmd)
+	}
+	return resp[1:], nil
 }
