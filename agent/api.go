@@ -363,7 +363,8 @@ func machineFields(m store.Machine) api.Machine {
 		IPs: []api.IP{},
 		// Desired and observed power come with the power queue; until then
 		// nothing has been asked or seen.
-		Power:      api.PowerView{Driver: m.Power.Driver, Address: m.Power.Address, Desired: "unknown", Observed: "unknown"},
+		Power: api.PowerView{Driver: m.Power.Driver, Address: m.Power.Address, SetBy: m.PowerSetBy,
+			Desired: "unknown", Observed: "unknown"},
 		StateSince: m.StateSince, Created: m.Created,
 		Inventory: inventoryView(m), DeployImage: m.DeployImage,
 	}
@@ -503,8 +504,13 @@ func (a *Agent) machineAction(w http.ResponseWriter, r *http.Request, who store.
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "erase is only meaningful for release")
 		return
 	}
+	if req.ForceBMCSetup && action != store.ActionCommission {
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "force_bmc_setup is only meaningful for commission")
+		return
+	}
 	m, err := a.store.Transition(r.Context(), who, store.TransitionRequest{
-		Machine: r.PathValue("id"), Action: action, Reason: req.Reason, Image: req.Image, Erase: req.Erase})
+		Machine: r.PathValue("id"), Action: action, Reason: req.Reason, Image: req.Image, Erase: req.Erase,
+		ForceBMCSetup: req.ForceBMCSetup})
 	if err != nil {
 		a.storeError(w, r, err)
 		return

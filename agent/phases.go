@@ -216,7 +216,7 @@ func (a *Agent) claimCredential(w http.ResponseWriter, r *http.Request, _ store.
 	m := res.Machine
 	a.log.Info("credential claimed", "phase", res.Phase, "machine", m.ID, "hostname", m.Hostname, "mac", req.MAC,
 		"source", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, enlist.Credential{Token: res.Token, Phase: res.Phase})
+	writeJSON(w, http.StatusOK, enlist.Credential{Token: res.Token, Phase: res.Phase, BMCSetup: res.BMCSetup})
 }
 
 // reportRequest translates an environment's report of phase into the
@@ -226,6 +226,9 @@ func reportRequest(rep enlist.Report, phase, token string) (store.PhaseReport, e
 		return store.PhaseReport{}, fmt.Errorf("invalid report: %w", err)
 	}
 	req := store.PhaseReport{Machine: rep.Machine, Phase: phase, Token: token, Error: rep.Error}
+	if rep.BMC != nil && phase != store.PhaseCommission {
+		return store.PhaseReport{}, errors.New("only a commissioning report carries a BMC set-up")
+	}
 	switch phase {
 	case store.PhaseCommission:
 		if rep.Error == "" && rep.Inventory == nil {
@@ -239,6 +242,10 @@ func reportRequest(rep enlist.Report, phase, token string) (store.PhaseReport, e
 				ci.Inventory.Disks = append(ci.Inventory.Disks, store.Disk(d))
 			}
 			req.Inventory = ci
+		}
+		if b := rep.BMC; b != nil {
+			req.BMC = &store.BMCSetup{Driver: b.Driver, Address: b.Address, Username: b.Username, Password: b.Password,
+				Detail: b.Detail, Error: b.Error}
 		}
 	case store.PhaseDeploy:
 		req.Bytes = rep.Bytes

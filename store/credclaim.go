@@ -49,6 +49,9 @@ type CredentialClaim struct {
 type ClaimedCredential struct {
 	Token string
 	Phase string
+	// BMCSetup asks a commissioning environment to set up the BMC:
+	// rackd will store what it reports (BMCSetupAllowed).
+	BMCSetup bool
 	// Machine is the machine as the claim left it.
 	Machine Machine
 }
@@ -188,7 +191,7 @@ func (t *Tx) claimCredential(c CredentialClaim) (res ClaimedCredential, deny, er
 		return ClaimedCredential{}, nil, err
 	}
 	return ClaimedCredential{Token: credentialToken(t.credKey, m.ID, claimed.Phase, claimed.Nonce),
-		Phase: claimed.Phase, Machine: m}, nil, nil
+		Phase: claimed.Phase, BMCSetup: claimed.Phase == PhaseCommission && BMCSetupAllowed(m), Machine: m}, nil, nil
 }
 
 // bindingOf describes mac's current DHCP binding for an event.

@@ -152,6 +152,10 @@ func (t *Tx) updateMachine(actor Actor, idOrName string, p MachinePatch) (Machin
 	if m.Power.Driver == "" && hasSecret(m, secretPowerPassword) {
 		return Machine{}, withMachine(errorf(CodeInvalid, "power address, credentials and cipher suite need a power driver (ipmi, manual)"), old)
 	}
+	if p.ClearPower || !p.Power.empty() {
+		// The operator's from now on: a BMC set-up no longer replaces it.
+		m.PowerSetBy = ""
+	}
 	changes := describeChanges(old, m)
 	if len(changes) == 0 {
 		return old, nil // nothing to write, nothing to record

@@ -403,6 +403,9 @@ type TransitionRequest struct {
 	// Running says the machine already runs rackd's environment (it just
 	// enlisted), so a commission needs no power driver to boot it.
 	Running bool
+	// ForceBMCSetup, on a commission, lets its BMC set-up replace a power
+	// configuration an operator set (bmcsetup.go).
+	ForceBMCSetup bool
 	// deploy is the identity a deploy gives the OS (Deploy; nil: the
 	// owner's keys only).
 	deploy *deployInput
@@ -462,6 +465,9 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 	if req.Erase && req.Action != ActionRelease {
 		return Machine{}, errorf(CodeInvalid, "erase is only meaningful for a release")
 	}
+	if req.ForceBMCSetup && req.Action != ActionCommission {
+		return Machine{}, errorf(CodeInvalid, "force_bmc_setup is only meaningful for a commission")
+	}
 	if req.Action == ActionDeploy && req.Image != "" {
 		if err := t.checkDeployImage(m, req.Image); err != nil {
 			return Machine{}, err
@@ -473,6 +479,11 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 		m.Erase = req.Erase
 	} else if to != from {
 		m.Erase = false
+	}
+	if req.Action == ActionCommission {
+		m.ForceBMCSetup = req.ForceBMCSetup
+	} else if to != StateCommissioning {
+		m.ForceBMCSetup = false
 	}
 	t.syncCredential(&m, from)
 	if req.Action == ActionCommissioningDone {

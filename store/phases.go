@@ -146,6 +146,8 @@ type PhaseReport struct {
 	Detail string
 	// Bytes is how much a deployment wrote.
 	Bytes int64
+	// BMC is the commissioning's BMC set-up, when it ran.
+	BMC *BMCSetup
 }
 
 // CommissionInventory is what commissioning learns about a machine.
@@ -210,6 +212,16 @@ func prepareReport(r PhaseReport) (PhaseReport, error) {
 	}
 	if len(r.Detail) > maxReason {
 		r.Detail = r.Detail[:maxReason]
+	}
+	if r.BMC != nil {
+		b := *r.BMC
+		if len(b.Error) > maxReason {
+			b.Error = b.Error[:maxReason]
+		}
+		if len(b.Detail) > maxReason {
+			b.Detail = b.Detail[:maxReason]
+		}
+		r.BMC = &b
 	}
 	if r.Inventory == nil {
 		return r, nil
@@ -316,6 +328,11 @@ func (t *Tx) completePhase(m Machine, r PhaseReport) (ReportResult, error) {
 				// the reason rather than hanging until the watchdog.
 				return t.failPhase(before, "commission failed: the inventory "+err.Error())
 			} else if err != nil {
+				return ReportResult{}, err
+			}
+		}
+		if r.BMC != nil {
+			if err := t.applyBMCSetup(&m, *r.BMC); err != nil {
 				return ReportResult{}, err
 			}
 		}
@@ -467,6 +484,10 @@ func checkCredentials(machines map[string]Machine, bad func(string, ...any)) {
 			bad("machine %s is in its %s phase with a credential for %s", id, phase, m.Credential.Phase)
 		case m.Erase && m.State != StateReleasing:
 			bad("machine %s is %s with the erase flag of a release", id, m.State)
+		case m.ForceBMCSetup && m.State != StateCommissioning:
+			bad("machine %s is %s with the forced BMC set-up of a commissioning", id, m.State)
+		case m.PowerSetBy != "" && (m.PowerSetBy != PowerSetByCommissioning || m.Power.Driver == ""):
+			bad("machine %s has power set by %q with driver %q", id, m.PowerSetBy, m.Power.Driver)
 		case m.Credential != nil && m.Credential.Claimed.IsZero() != (m.Credential.ClaimedBy == ""):
 			bad("machine %s has a %s credential claimed at %v by %q: a claim has both", id, m.Credential.Phase,
 				m.Credential.Claimed, m.Credential.ClaimedBy)

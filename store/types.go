@@ -38,6 +38,14 @@ type Machine struct {
 	// Secrets are the machine's BMC secrets, sealed (secrets.go): field
 	// name ("power.password") -> envelope.
 	Secrets map[string][]byte `json:"secrets,omitempty"`
+	// PowerSetBy is PowerSetByCommissioning when the commissioning's BMC
+	// set-up wrote Power, "" when an operator did (or nobody): the set-up
+	// replaces only its own (bmcsetup.go).
+	PowerSetBy string `json:"power_set_by,omitempty"`
+	// ForceBMCSetup is set while a commissioning the operator started
+	// with --force-bmc-setup runs: its BMC set-up replaces the power
+	// configuration whoever set it.
+	ForceBMCSetup bool `json:"force_bmc_setup,omitempty"`
 	// DeployImage names the image the machine deploys (set by deploy).
 	DeployImage string `json:"deploy_image,omitempty"`
 	// SystemUUID is the SMBIOS system UUID the machine reported when it

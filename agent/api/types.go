@@ -61,8 +61,11 @@ type PowerParams struct {
 
 // PowerView is the power part of a machine as the API shows it.
 type PowerView struct {
-	Driver   string `json:"driver"`
-	Address  string `json:"address,omitempty"`
+	Driver  string `json:"driver"`
+	Address string `json:"address,omitempty"`
+	// SetBy is "commissioning" when the commissioning's BMC set-up wrote
+	// the power configuration, empty when an operator did.
+	SetBy    string `json:"set_by,omitempty"`
 	Desired  string `json:"desired"`
 	Observed string `json:"observed"`
 }
@@ -206,6 +209,9 @@ type ActionRequest struct {
 	// Erase, on a release, boots the machine into the erase environment,
 	// which wipes the first and last MiB of its disks, before it is READY.
 	Erase bool `json:"erase,omitempty"`
+	// ForceBMCSetup, on a commission, lets the commissioning's BMC set-up
+	// replace a power configuration an operator set.
+	ForceBMCSetup bool `json:"force_bmc_setup,omitempty"`
 	// UserData (deploy only) is cloud-init user-data, base64-encoded; at
 	// most MaxUserData bytes decoded.
 	UserData string `json:"user_data,omitempty"`

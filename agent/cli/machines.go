@@ -232,6 +232,15 @@ standard input). The machine is DEPLOYED once that OS reports that
 cloud-init finished; rackd machines show says how far it is.`
 	case "release":
 		v.synopsis = "[--erase] [--reason R]"
+	case "commission":
+		v.synopsis = "[--force-bmc-setup] [--reason R]"
+		v.help += `
+
+The commissioning environment sets up the machine's BMC in-band (a "rackd"
+administrator user with a fresh random password) and rackd makes it the
+machine's power configuration (driver ipmi), unless an operator set one:
+that is never replaced, and the machine's events say so. --force-bmc-setup
+replaces it for this commissioning.`
 	}
 	v.setup = func(fs *flag.FlagSet) func(*env, []string) error {
 		var req api.ActionRequest
@@ -247,6 +256,9 @@ cloud-init finished; rackd machines show says how far it is.`
 		}
 		if action == "release" {
 			fs.BoolVar(&req.Erase, "erase", false, "erase the disks' first and last MiB before READY")
+		}
+		if action == "commission" {
+			fs.BoolVar(&req.ForceBMCSetup, "force-bmc-setup", false, "let the BMC set-up replace the power configuration an operator set")
 		}
 		return func(e *env, args []string) error {
 			if action == "deploy" {

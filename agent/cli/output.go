@@ -134,6 +134,9 @@ func printMachine(w io.Writer, m api.Machine) error {
 		if m.Power.Address != "" {
 			power += " at " + cell(m.Power.Address)
 		}
+		if m.Power.SetBy != "" {
+			power += " (set by " + cell(m.Power.SetBy) + ")"
+		}
 		power += fmt.Sprintf(", desired %s, observed %s", cell(m.Power.Desired), cell(m.Power.Observed))
 	}
 	row("Power", power)

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -23,6 +24,7 @@ import (
 	"rackd/agent/api"
 	"rackd/agent/client"
 	"rackd/enlist"
+	"rackd/enlist/bmc"
 	"rackd/enlist/deploy"
 	"rackd/internal/chunksum"
 	"rackd/store"
@@ -50,6 +52,8 @@ type phaseLab struct {
 	disk   string // the file that is the machine's vda
 	rawSHA string
 	raw    []byte
+	// bmcSetup, when set, is the machine's in-band BMC set-up.
+	bmcSetup func() (bmc.Result, error)
 }
 
 // newPhaseLab starts rackd, imports a commissioning environment (a fake
@@ -188,6 +192,7 @@ func (l *phaseLab) boot(cmdline string) (*harness, error) {
 	}
 	var h harness
 	sys := h.system(machineFS(cmdline))
+	sys.bmcSetup = l.bmcSetup
 	sys.openDisk = func(name string) (disk, error) {
 		if name != "vda" {
 			return nil, fmt.Errorf("no disk %s", name)
@@ -810,4 +815,70 @@ func TestDeployImageChunked(t *testing.T) {
 			t.Errorf("rackd.image_chunks=%s: %v", bad, err)
 		}
 	}
+}
+
+// The BMC set-up end to end between the program and rackd: a machine
+// nobody configured gets the credentials the set-up made as its power
+// configuration; one an operator configured is left alone (the set-up
+// does not even run) unless the commission is forced.
+func TestPhasesBMCSetup(t *testing.T) {
+	const password = "S3tUpPassw0rdXyz"
+	var calls int
+	setup := func() (bmc.Result, error) {
+		calls++
+		return bmc.Result{Channel: 1, Address: netip.MustParseAddr("10.0.0.13"), IPSource: bmc.IPSourceDHCP, UserID: 3,
+			User: bmc.DefaultUser, Password: password, IPMI20: true, Notes: []string{"user 3 created"}}, nil
+	}
+	t.Run("no power configuration", func(t *testing.T) {
+		calls = 0
+		l := newPhaseLab(t, func(c *agent.Config) { c.Enlist.AutoCommission = true })
+		l.bmcSetup = setup
+		h, err := l.boot("rackd.url=" + l.url)
+		if err != nil {
+			t.Fatalf("enlist: %v\n%s", err, h.out.String())
+		}
+		h, err = l.boot(l.cmdline())
+		if err != nil || phaseLine(h.out.String()) != enlist.MarkerCommissioned+"READY), powering off" {
+			t.Fatalf("commission: %v\n%s", err, h.out.String())
+		}
+		out := h.out.String()
+		if calls != 1 || !strings.Contains(out, "BMC set up: BMC 10.0.0.13 (dhcp) on LAN channel 1: user 3") || strings.Contains(out, password) {
+			t.Fatalf("set-up calls %d, console:\n%s", calls, out)
+		}
+		ms, err := l.a.Store().ListMachines(store.Filter{})
+		if err != nil || len(ms) != 1 {
+			t.Fatal(ms, err)
+		}
+		m := ms[0]
+		want := store.PowerParams{Driver: "ipmi", Address: "10.0.0.13", Username: "rackd", Password: password}
+		if m.Power != want || m.PowerSetBy != store.PowerSetByCommissioning {
+			t.Fatalf("power %+v set by %q", m.Power, m.PowerSetBy)
+		}
+		// The API shows who set it, never the credentials.
+		v, err := l.api.GetMachine(t.Context(), m.ID)
+		if err != nil || v.Power.Driver != "ipmi" || v.Power.SetBy != "commissioning" {
+			t.Fatalf("API view %+v %v", v.Power, err)
+		}
+		if b, _ := json.Marshal(v); strings.Contains(string(b), password) || strings.Contains(string(b), `"rackd"`) {
+			t.Fatalf("the API shows a BMC secret: %s", b)
+		}
+	})
+	t.Run("operator's configuration, then forced", func(t *testing.T) {
+		calls = 0
+		l := newPhaseLab(t) // node1, powered by hand: the operator's choice
+		l.bmcSetup = setup
+		l.action("commission", api.ActionRequest{})
+		h, err := l.boot(l.cmdline())
+		if err != nil || calls != 0 || l.machine().Power.Driver != "manual" {
+			t.Fatalf("commission: %v, set-up calls %d, power %+v\n%s", err, calls, l.machine().Power, h.out.String())
+		}
+		l.action("commission", api.ActionRequest{ForceBMCSetup: true})
+		h, err = l.boot(l.cmdline())
+		if err != nil || calls != 1 {
+			t.Fatalf("forced commission: %v, set-up calls %d\n%s", err, calls, h.out.String())
+		}
+		if m := l.machine(); m.Power.Driver != "ipmi" || m.Power.Password != password || m.ForceBMCSetup {
+			t.Fatalf("after the forced commission: %+v, force %v", m.Power, m.ForceBMCSetup)
+		}
+	})
 }
