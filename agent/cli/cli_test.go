@@ -479,7 +479,7 @@ func TestUsage(t *testing.T) {
 		"extra argument":     {args: []string{"machines", "show", "a", "b"}, code: 2, errContains: []string{`rackd machines show: unexpected argument "b"`}},
 		"empty ID":           {args: []string{"release", ""}, code: 2, errContains: []string{"rackd release: empty ID"}},
 		"list takes no args": {args: []string{"machines", "list", "READY"}, code: 2, errContains: []string{`unexpected argument "READY"`}},
-		"unknown flag":       {args: []string{"machines", "commission", "web1", "--image", "x"}, code: 2, errContains: []string{"rackd machines commission: flag provided but not defined: -image", "Usage: rackd machines commission ID [--reason R]"}},
+		"unknown flag":       {args: []string{"machines", "commission", "web1", "--image", "x"}, code: 2, errContains: []string{"rackd machines commission: flag provided but not defined: -image", "Usage: rackd machines commission ID [--force-bmc-setup] [--reason R]"}},
 		"bad number":         {args: []string{"machines", "add", "--cpu", "many"}, code: 2, errContains: []string{`invalid value "many" for flag -cpu`}},
 		"add without hostname": {args: []string{"machines", "add", "--arch", "amd64", "--mac", "aa:bb:cc:dd:ee:01"}, code: 2,
 			errContains: []string{"--hostname is required", "Usage: rackd machines add"}},
