@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -117,13 +118,36 @@ func newBMCVM(t *testing.T, l *lab, memMB, cpus int) *bmcVM {
 // newBMCVMDisk is newBMCVM with a disk of diskBytes (a sparse file).
 func newBMCVMDisk(t *testing.T, l *lab, memMB, cpus int, diskBytes int64) *bmcVM {
 	t.Helper()
+	return newBMCVMWith(t, l, memMB, cpus, diskBytes, false)
+}
+
+// vmSerialAddr is where an in-band BMC listens for its VM's IPMI
+// interface, inside the lab's namespace.
+const vmSerialAddr = "127.0.0.1:9002"
+
+// newBMCVMWith is newBMCVMDisk; inband also gives the VM an in-band IPMI
+// interface to the same BMC: a KCS system interface (isa-ipmi-kcs) whose
+// BMC is the ipmi_sim (ipmi-bmc-extern on a socket to its "serial 15
+// ... codec VM" port), so the guest's /dev/ipmi0 manages the BMC rackd
+// powers the VM through.
+func newBMCVMWith(t *testing.T, l *lab, memMB, cpus int, diskBytes int64, inband bool) *bmcVM {
+	t.Helper()
 	netnstest.Tool(t, "ipmi_sim")
 	v, argv := newVM(t, l, memMB, cpus, diskBytes)
+	opts := ipmisim.Options{Addr: "127.0.0.1:623", Machine: argv}
+	if inband {
+		host, port, _ := net.SplitHostPort(vmSerialAddr)
+		opts.VMSerial = vmSerialAddr
+		opts.Machine = append(opts.Machine,
+			"-chardev", "socket,id=ipmi0,host="+host+",port="+port+",reconnect=1",
+			"-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0",
+			"-device", "isa-ipmi-kcs,bmc=bmc0")
+	}
 	err := l.ns.Do(func() error {
 		// Started from a thread inside the namespace, ipmi_sim (and
 		// the QEMU its hook starts) live there.
 		var err error
-		v.sim, err = ipmisim.New(ipmisim.Options{Addr: "127.0.0.1:623", Machine: argv})
+		v.sim, err = ipmisim.New(opts)
 		return err
 	})
 	if err != nil {

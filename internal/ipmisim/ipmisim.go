@@ -76,6 +76,12 @@ type Options struct {
 	// tcp:HOST:PORT,server=on,wait=off", or a test's own listener standing
 	// for one) and relays the bytes both ways.
 	SOL string
+	// VMSerial, when set (HOST:PORT), is where the BMC listens for a
+	// virtual machine's in-band IPMI interface (ipmi_sim's "serial 15 ...
+	// codec VM"): QEMU's "-chardev socket,host=HOST,port=PORT" with
+	// "-device ipmi-bmc-extern" and "-device isa-ipmi-kcs" connects there,
+	// and the guest's /dev/ipmi0 talks to this BMC.
+	VMSerial string
 }
 
 // Sim is one running ipmi_sim.
@@ -252,6 +258,13 @@ user 2 true %q %q admin 10 none md2 md5 straight
 `, s.Host, s.Port, guid, hook, state, s.User, s.Password)
 	if s.opts.SOL != "" {
 		lan += fmt.Sprintf("sol %q 115200\n", s.opts.SOL)
+	}
+	if s.opts.VMSerial != "" {
+		host, port, err := net.SplitHostPort(s.opts.VMSerial)
+		if err != nil {
+			return fmt.Errorf("VMSerial %q: %w", s.opts.VMSerial, err)
+		}
+		lan += fmt.Sprintf("serial 15 %s %s codec VM\n", host, port)
 	}
 	emu := `mc_setbmc 0x20
 mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr
