@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"rackd/agent"
 	"rackd/agent/api"
 	"rackd/internal/netnstest"
+	"rackd/internal/seal"
 	"rackd/store"
 )
 
@@ -134,9 +136,10 @@ func (l *lab) lastEventOf(id, action string) api.Event {
 	return api.Event{}
 }
 
-// storedPower reads the machine's power parameters as rackd stored them
-// (the API never shows the credentials): rackd is stopped, its database
-// read, and rackd started again.
+// storedPower reads the machine's power parameters as rackd stored them,
+// the password opened with rackd's keyring (the API never shows the
+// credentials): rackd is stopped, its database read, and rackd started
+// again.
 func (l *lab) storedPower(id string) store.PowerParams {
 	l.t.Helper()
 	if err := l.rackd.Stop(30 * time.Second); err != nil {
@@ -144,11 +147,12 @@ func (l *lab) storedPower(id string) store.PowerParams {
 	}
 	l.logs = append(l.logs, l.rackd.Output())
 	l.client.CloseIdleConnections()
-	s, err := store.Open(filepath.Join(l.state, store.FileName), store.Options{})
+	s, err := store.Open(filepath.Join(l.state, store.FileName),
+		store.Options{Secrets: seal.File{Path: filepath.Join(l.state, agent.SecretsKeyFile)}})
 	if err != nil {
 		l.t.Fatalf("open rackd's store: %v", err)
 	}
-	m, err := s.Machine(id)
+	m, err := s.MachineForPower(id)
 	if cerr := s.Close(); err == nil {
 		err = cerr
 	}

@@ -49,6 +49,17 @@ func noSecretInEvents(t *testing.T, s *store.Store, id, password string) {
 	}
 }
 
+// forPower is the machine's power parameters with the password opened, as
+// the power queue reads them.
+func forPower(t *testing.T, s *store.Store, id string) store.PowerParams {
+	t.Helper()
+	m, err := s.MachineForPower(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Power
+}
+
 func bmcEvent(t *testing.T, s *store.Store, id string) store.Event {
 	t.Helper()
 	evs, err := s.Events(id, 0)
@@ -82,8 +93,8 @@ func TestBMCSetupWithoutPowerConfig(t *testing.T) {
 		t.Error("the claim did not ask for the BMC set-up")
 	}
 	want := store.PowerParams{Driver: "ipmi", Address: "10.0.0.13", Username: "rackd", Password: setUpBMC.Password}
-	if got.Power != want || got.PowerSetBy != store.PowerSetByCommissioning || got.ForceBMCSetup {
-		t.Fatalf("power after the set-up: %+v set by %q, forced %v", got.Power, got.PowerSetBy, got.ForceBMCSetup)
+	if p := forPower(t, s, m.ID); p != want || got.PowerSetBy != store.PowerSetByCommissioning || got.ForceBMCSetup {
+		t.Fatalf("power after the set-up: %+v set by %q, forced %v", p, got.PowerSetBy, got.ForceBMCSetup)
 	}
 	if e := bmcEvent(t, s, m.ID); !strings.Contains(e.Reason, "power configured by the BMC set-up") ||
 		!strings.Contains(e.Reason, `power driver "" -> "ipmi"`) || !strings.Contains(e.Reason, "user 3 created") {
@@ -105,8 +116,8 @@ func TestBMCSetupWithoutPowerConfig(t *testing.T) {
 	again := *setUpBMC
 	again.Password = "AnotherPassword2"
 	asked, got = commissionReport(t, s, m, &again)
-	if !asked || got.Power.Password != again.Password || got.PowerSetBy != store.PowerSetByCommissioning {
-		t.Fatalf("second commissioning: asked %v, power %+v set by %q", asked, got.Power, got.PowerSetBy)
+	if p := forPower(t, s, m.ID); !asked || p.Password != again.Password || got.PowerSetBy != store.PowerSetByCommissioning {
+		t.Fatalf("second commissioning: asked %v, power %+v set by %q", asked, p, got.PowerSetBy)
 	}
 
 	// Once the operator changes it, it is theirs.
@@ -132,8 +143,8 @@ func TestBMCSetupKeepsOperatorConfig(t *testing.T) {
 	if asked {
 		t.Error("the claim asked for a set-up whose result would not be stored")
 	}
-	if got.Power != op || got.PowerSetBy != "" {
-		t.Fatalf("the operator's configuration changed: %+v set by %q", got.Power, got.PowerSetBy)
+	if p := forPower(t, s, m.ID); p != op || got.PowerSetBy != "" {
+		t.Fatalf("the operator's configuration changed: %+v set by %q", p, got.PowerSetBy)
 	}
 	e := bmcEvent(t, s, m.ID)
 	for _, want := range []string{"not stored", "an operator set the power configuration (driver ipmi)", "--force-bmc-setup"} {
@@ -156,8 +167,8 @@ func TestBMCSetupForced(t *testing.T) {
 		t.Fatalf("forced commissioning: force %v allowed %v", m.ForceBMCSetup, store.BMCSetupAllowed(m))
 	}
 	asked, got := commissionReport(t, s, m, setUpBMC)
-	if !asked || got.Power.Driver != "ipmi" || got.Power.Password != setUpBMC.Password || got.PowerSetBy != store.PowerSetByCommissioning {
-		t.Fatalf("forced set-up: asked %v power %+v set by %q", asked, got.Power, got.PowerSetBy)
+	if p := forPower(t, s, m.ID); !asked || p.Driver != "ipmi" || p.Password != setUpBMC.Password || got.PowerSetBy != store.PowerSetByCommissioning {
+		t.Fatalf("forced set-up: asked %v power %+v set by %q", asked, p, got.PowerSetBy)
 	}
 	if got.ForceBMCSetup {
 		t.Error("the force outlived its commissioning")
@@ -200,8 +211,8 @@ func TestBMCSetupFailedOrUnusable(t *testing.T) {
 			}
 			b := tc.b
 			_, got := commissionReport(t, s, m, &b)
-			if got.Power != (store.PowerParams{}) || got.PowerSetBy != "" {
-				t.Fatalf("power %+v set by %q", got.Power, got.PowerSetBy)
+			if p := forPower(t, s, m.ID); p != (store.PowerParams{}) || got.PowerSetBy != "" {
+				t.Fatalf("power %+v set by %q", p, got.PowerSetBy)
 			}
 			if e := bmcEvent(t, s, m.ID); !strings.Contains(e.Reason, tc.want) {
 				t.Errorf("event %q, want %q", e.Reason, tc.want)

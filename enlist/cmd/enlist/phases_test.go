@@ -849,7 +849,10 @@ func TestPhasesBMCSetup(t *testing.T) {
 		if err != nil || len(ms) != 1 {
 			t.Fatal(ms, err)
 		}
-		m := ms[0]
+		m, err := l.a.Store().MachineForPower(ms[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
 		want := store.PowerParams{Driver: "ipmi", Address: "10.0.0.13", Username: "rackd", Password: password}
 		if m.Power != want || m.PowerSetBy != store.PowerSetByCommissioning {
 			t.Fatalf("power %+v set by %q", m.Power, m.PowerSetBy)
@@ -877,7 +880,7 @@ func TestPhasesBMCSetup(t *testing.T) {
 		if err != nil || calls != 1 {
 			t.Fatalf("forced commission: %v, set-up calls %d\n%s", err, calls, h.out.String())
 		}
-		if m := l.machine(); m.Power.Driver != "ipmi" || m.Power.Password != password || m.ForceBMCSetup {
+		if m, err := l.a.Store().MachineForPower("node1"); err != nil || m.Power.Driver != "ipmi" || m.Power.Password != password || m.ForceBMCSetup {
 			t.Fatalf("after the forced commission: %+v, force %v", m.Power, m.ForceBMCSetup)
 		}
 	})
