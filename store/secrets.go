@@ -21,7 +21,8 @@ import (
 // current key of a keyring kept outside the database, bound to the machine's
 // id and the field's name, into Machine.Secrets; the plaintext field is not
 // serialized at all. Reads return the machine without its secrets opened;
-// MachineForPower, what the power queue reads to drive a BMC, opens them.
+// MachineForPower, what the power queue and the serial console read to
+// reach a BMC, opens them.
 // A backup of the database therefore holds ciphertext only, and restoring
 // one needs the keyring file kept beside it (docs/ARCHITECTURE.md).
 
@@ -305,9 +306,9 @@ func openSecrets(ring *seal.Keyring, m *Machine) error {
 }
 
 // MachineForPower is Machine with the BMC secrets opened: the one read that
-// sees them, for the power driver. Nothing it returns may be stored or
-// shown. A secret that cannot be opened is an error wrapping
-// ErrSecretUnreadable that names the machine and what to do.
+// sees them, for the power drivers (power queue, console). Nothing it
+// returns may be stored or shown. A secret that cannot be opened is an
+// error wrapping ErrSecretUnreadable that names the machine and what to do.
 func (s *Store) MachineForPower(idOrName string) (Machine, error) {
 	m, err := s.Machine(idOrName)
 	if err != nil {
