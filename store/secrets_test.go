@@ -274,7 +274,6 @@ func TestMigrateSealsPasswords(t *testing.T) {
 // done again on the next open.
 func TestMigrateSealsPasswordsCrash(t *testing.T) {
 	path := writeSchema10(t, 3)
-	before, _ := os.ReadFile(path)
 	// A record the migration cannot decode, after the first ones: the
 	// migration fails after having sealed some.
 	db, _ := bolt.Open(path, 0o600, nil)
@@ -298,7 +297,6 @@ func TestMigrateSealsPasswordsCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = before
 
 	keys := MemoryKeys()
 	s := openWithKeys(t, path, keys, Options{})
