@@ -142,7 +142,7 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 		return nil, err
 	}
 	sticky := cfg.IPAM.StickyOnCommission
-	s, err := store.Open(filepath.Join(cfg.StateDir, store.FileName), store.Options{
+	s, err := a.openStore(cfg, store.Options{
 		MaxBatch:      cfg.Store.MaxBatch,
 		CredentialKey: credKey,
 		// The keyring sealing the BMC passwords lives beside the

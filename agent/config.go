@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"rackd/store/kv/etcdkv"
 	"strings"
 	"time"
 
@@ -38,6 +39,20 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // MarshalText implements encoding.TextMarshaler.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
+// StoreConfig is where the database lives: the file in the state
+// directory, or an etcd cluster (URL).
+type StoreConfig struct {
+	MaxBatch          int    `toml:"max_batch"`
+	AcceptLostSecrets bool   `toml:"accept_lost_secrets"`
+	URL               string `toml:"url"`
+	EtcdPrefix        string `toml:"etcd_prefix"`
+	EtcdCA            string `toml:"etcd_ca"`
+	EtcdCert          string `toml:"etcd_cert"`
+	EtcdKey           string `toml:"etcd_key"`
+	EtcdUser          string `toml:"etcd_user"`
+	EtcdPasswordFile  string `toml:"etcd_password_file"`
+}
+
 // Config is rackd's configuration; default.toml documents every field.
 type Config struct {
 	Listen    string `toml:"listen"`
@@ -55,10 +70,7 @@ type Config struct {
 		DeployingTimeout     Duration `toml:"deploying_timeout"`
 		WatchdogInterval     Duration `toml:"watchdog_interval"`
 	} `toml:"lifecycle"`
-	Store struct {
-		MaxBatch          int  `toml:"max_batch"`
-		AcceptLostSecrets bool `toml:"accept_lost_secrets"`
-	} `toml:"store"`
+	Store   StoreConfig   `toml:"store"`
 	Console ConsoleConfig `toml:"console"`
 	IPAM    struct {
 		StickyOnCommission bool     `toml:"sticky_on_commission"`
@@ -137,6 +149,7 @@ func LoadConfig(path string, getenv func(string) string) (Config, error) {
 	for env, field := range map[string]*string{
 		"RACKD_LISTEN": &c.Listen, "RACKD_STATE_DIR": &c.StateDir,
 		"RACKD_LOG_LEVEL": &c.LogLevel, "RACKD_LOG_FORMAT": &c.LogFormat,
+		"RACKD_STORE": &c.Store.URL,
 	} {
 		if v := getenv(env); v != "" {
 			*field = v
@@ -168,6 +181,11 @@ func (c Config) Validate() error {
 	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("state_dir is empty"))
+	}
+	if c.Store.URL != "" {
+		if _, _, err := etcdkv.Endpoints(c.Store.URL); err != nil {
+			errs = append(errs, fmt.Errorf("store.url: %w", err))
+		}
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -31,6 +31,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	configPath := fs.String("config", getenv("RACKD_CONFIG"), "configuration `FILE` (TOML; --print-default-config shows every setting)")
 	stateDir := fs.String("state-dir", "", "directory for the database and the admin token (default /var/lib/rackd)")
 	listen := fs.String("listen", "", "HOST:PORT of the HTTP API (default 127.0.0.1:5240)")
+	storeURL := fs.String("store", "", "the database: etcd://HOST:PORT[,HOST:PORT...] (etcds:// for TLS) for an etcd cluster; default the file in the state directory")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "", "text or json")
 	printDefault := fs.Bool("print-default-config", false, "print the documented default configuration and exit")
@@ -54,7 +55,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return err
 	}
 	for flagValue, field := range map[*string]*string{stateDir: &cfg.StateDir, listen: &cfg.Listen,
-		logLevel: &cfg.LogLevel, logFormat: &cfg.LogFormat} {
+		logLevel: &cfg.LogLevel, logFormat: &cfg.LogFormat, storeURL: &cfg.Store.URL} {
 		if *flagValue != "" {
 			*field = *flagValue
 		}

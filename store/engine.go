@@ -161,3 +161,17 @@ func (s *Store) CopyTo(ctx context.Context, dst Engine) (int, error) {
 	})
 	return n, err
 }
+
+// MigrateInto copies src's database file into engine dst, which must hold
+// no rackd data, and returns how many keys it copied. Open dst with
+// OpenEngine afterwards and Check it.
+func MigrateInto(ctx context.Context, src *Store, dst Engine) (int, error) {
+	have, err := engineSchema(dst, src.opts)
+	if err != nil {
+		return 0, fmt.Errorf("read the target's schema: %w", err)
+	}
+	if have != 0 {
+		return 0, fmt.Errorf("the target already holds rackd data (schema %d): migrate into an empty cluster, or under another prefix", have)
+	}
+	return src.CopyTo(ctx, dst)
+}
