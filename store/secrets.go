@@ -334,8 +334,9 @@ type Rotation struct {
 }
 
 // rotateBatch bounds how many machine records one re-encrypting
-// transaction rewrites.
-var rotateBatch = 256
+// transaction rewrites: a short commit on a file, and well inside the
+// operations an engine like etcd takes in one transaction (128 by default).
+var rotateBatch = 50
 
 // RotateSecrets makes a new key current and re-encrypts every secret under
 // it, then retires the old keys (admins only). Its steps are ordered so that

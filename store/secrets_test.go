@@ -503,3 +503,22 @@ func TestMissingKeyring(t *testing.T) {
 		t.Fatalf("after the rotation: %q %v", m.Power.Password, err)
 	}
 }
+
+// TestRotateSecretsBounded rotates more machines than one re-encrypting
+// transaction takes, on whichever engine the store runs (openTest): the
+// batches stay inside the engine's limits on one transaction.
+func TestRotateSecretsBounded(t *testing.T) {
+	s := openTest(t, Options{}, true)
+	n := 2*rotateBatch + 7
+	for i := range n {
+		mustCreatePowered(t, s, fmt.Sprintf("n%d", i), i, StateReady, PowerParams{Driver: "ipmi", Address: "x", Password: password(i)})
+	}
+	rot, err := s.RotateSecrets(context.Background(), testAdmin)
+	if err != nil || rot.Resealed != n {
+		t.Fatalf("rotate %d machines: %+v %v", n, rot, err)
+	}
+	if got := keysOf(t, s); len(got) != 1 || got[s.keys.current().Current()] != n {
+		t.Fatalf("keys of the secrets after rotation: %v", got)
+	}
+	wantReadable(t, s, n)
+}
