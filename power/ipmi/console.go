@@ -27,6 +27,22 @@ const solInstance = 1
 // solPoll is how often an idle console asks the BMC for new output.
 const solPoll = 100 * time.Millisecond
 
+// consoleRetries is how many more times a console's exchange with the BMC
+// is tried before the console fails, and consoleKeepAlive how often the
+// console sends the BMC a command of its own (Get Session Info). go-ipmi
+// keeps a session alive with one every 30 s, from a goroutine that reads
+// the same socket as the SOL stream, matching answers by reading and
+// dropping what is not its own: when the two exchanges overlap (a busy
+// console, a slow BMC) one may drop the other's answer. With a real VM
+// behind ipmi_sim on a loaded machine the console died every 30-40 s (the
+// BMC stopped answering the session: its inactivity timeout, with the 30 s
+// keepalive lost); with a keepalive every 10 s and more attempts it lasted
+// the whole phase.
+const (
+	consoleRetries   = 5
+	consoleKeepAlive = 10 * time.Second
+)
+
 // Console attaches to t's serial console through IPMI Serial-over-LAN and
 // relays it until ctx ends, in reaches EOF (a detach) or the BMC ends the
 // session: the machine's output is written to out, the bytes read from in are
@@ -51,6 +67,7 @@ func (d *Driver) Console(ctx context.Context, t power.Target, in io.Reader, out 
 		}
 		return fmt.Errorf("console: %w", err)
 	}
+	c.WithRetry(consoleRetries)
 	setup, cancel := context.WithTimeout(ctx, d.opts.Timeout)
 	err = c.Connect(setup)
 	cancel()
@@ -86,6 +103,25 @@ func (d *Driver) Console(ctx context.Context, t power.Target, in io.Reader, out 
 			PayloadType: types.PayloadTypeSOL, PayloadInstance: solInstance,
 		}); err != nil {
 			d.log.Warn("ipmi console: deactivate SOL", "bmc", host, "err", oneLine(err))
+		}
+	}()
+
+	alive, stopAlive := context.WithCancel(ctx)
+	defer stopAlive()
+	go func() {
+		tick := time.NewTicker(consoleKeepAlive)
+		defer tick.Stop()
+		for {
+			select {
+			case <-alive.Done():
+				return
+			case <-tick.C:
+				kctx, cancel := context.WithTimeout(alive, d.opts.Timeout)
+				if _, err := c.GetCurrentSessionInfo(kctx); err != nil && alive.Err() == nil {
+					d.log.Debug("ipmi console: keepalive", "bmc", host, "err", oneLine(err))
+				}
+				cancel()
+			}
 		}
 	}()
 
