@@ -13,7 +13,8 @@ import (
 )
 
 // The console recorder keeps the console output of machines in a phase
-// (commissioning, deploying, erasing) in the console log: one boot starts
+// (commissioning, deploying, erasing), and for recordLinger after it, in
+// the console log: one boot starts
 // when the phase starts, and another each time rackd powers the machine on
 // or cycles it during the phase, unless the boot so far has no output. It
 // holds the BMC's console session for the phase (sharing it with a user's
@@ -24,12 +25,28 @@ import (
 // the BMC refused or ended the session.
 const recordRetry = 2 * time.Second
 
+// recordLinger is how long the recorder goes on after a machine left its
+// phase: what it printed last (its environment's final lines, written as
+// it reported) is still on its way through the BMC when the report lands.
+const recordLinger = 5 * time.Second
+
+// A failure report waits (settle) until the console has had settleMin to
+// deliver what the environment printed before it reported, and then until
+// it has been quiet for settleQuiet, at most settleMax: the failure event's
+// console tail then ends with the environment's own words on the failure.
+const (
+	settleMin   = time.Second
+	settleQuiet = 500 * time.Millisecond
+	settleMax   = 3 * time.Second
+)
+
 // recorderNote is something the recorder looks at, in order.
 type recorderNote struct {
 	machine string
 	enter   bool // a transition into a phase: a new boot
 	powered bool // a power on or cycle completed
 	deleted bool
+	linger  bool // a lingering recording's time may be up
 }
 
 type recorder struct {
@@ -43,8 +60,12 @@ type recorder struct {
 type recording struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	boot   chan struct{} // cap 1: start a new boot
+	boot   chan struct{} // cap 1: start a new boot (a power on)
+	enter  chan struct{} // cap 1: the machine entered a phase again
 	sink   *bootSink
+	// until is when a recording whose machine left its phase stops (zero:
+	// the machine is in its phase); only the run loop uses it.
+	until time.Time
 }
 
 func newRecorder(a *Agent) *recorder {
@@ -136,16 +157,61 @@ func (rc *recorder) handle(ctx context.Context, n recorderNote) {
 	}
 	m, err := rc.a.store.Machine(n.machine)
 	if err != nil || store.PhaseOf(m) == "" || !rc.a.cfg.Console.Record {
-		rc.stop(n.machine)
+		if r != nil {
+			rc.leaving(n.machine, r)
+		}
 		return
 	}
 	switch {
 	case r == nil:
 		rc.start(ctx, m, n.enter)
 	case n.enter:
+		r.until = time.Time{}
 		select {
-		case r.boot <- struct{}{}:
+		case r.enter <- struct{}{}:
 		default:
+		}
+	default:
+		r.until = time.Time{}
+	}
+}
+
+// leaving stops the recording of a machine that left its phase once it has
+// lingered recordLinger.
+func (rc *recorder) leaving(id string, r *recording) {
+	switch {
+	case r.until.IsZero():
+		r.until = time.Now().Add(recordLinger)
+		time.AfterFunc(recordLinger, func() { rc.note(recorderNote{machine: id, linger: true}) })
+	case !time.Now().Before(r.until):
+		rc.stop(id)
+	}
+}
+
+// settle waits, bounded, until the console of machine (when it is being
+// recorded) has delivered what was printed up to now (settleMin, settleQuiet,
+// settleMax).
+func (rc *recorder) settle(ctx context.Context, machine string) {
+	rc.mu.Lock()
+	r := rc.recs[machine]
+	rc.mu.Unlock()
+	if r == nil {
+		return
+	}
+	start := time.Now()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		since := time.Since(start)
+		if since >= settleMax || (since >= settleMin && time.Since(r.sink.last()) >= settleQuiet) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.done:
+			return
+		case <-t.C:
 		}
 	}
 }
@@ -170,15 +236,15 @@ func (rc *recorder) sweep(ctx context.Context) {
 		}
 	}
 	rc.mu.Lock()
-	var stale []string
-	for id := range rc.recs {
+	stale := map[string]*recording{}
+	for id, r := range rc.recs {
 		if _, ok := inPhase[id]; !ok {
-			stale = append(stale, id)
+			stale[id] = r
 		}
 	}
 	rc.mu.Unlock()
-	for _, id := range stale {
-		rc.stop(id)
+	for id, r := range stale {
+		rc.leaving(id, r)
 	}
 	for id, m := range inPhase {
 		rc.mu.Lock()
@@ -219,7 +285,7 @@ func (rc *recorder) start(ctx context.Context, m store.Machine, fresh bool) {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	r := &recording{cancel: cancel, done: make(chan struct{}), boot: make(chan struct{}, 1),
-		sink: &bootSink{log: rc.a.consoleLog, machine: m.ID, phase: phase, w: w, written: !fresh}}
+		enter: make(chan struct{}, 1), sink: &bootSink{log: rc.a.consoleLog, machine: m.ID, phase: phase, w: w, written: !fresh}}
 	rc.mu.Lock()
 	rc.recs[m.ID] = r
 	rc.mu.Unlock()
@@ -264,8 +330,12 @@ func (rc *recorder) record(ctx context.Context, id string, r *recording) {
 			if err == nil {
 				warned = false
 				rc.log.Debug("console recording", "machine", id, "hostname", m.Hostname)
-				if !rc.hold(ctx, att, r) {
+				again, boot := rc.hold(ctx, att, r)
+				if !again {
 					return
+				}
+				if boot {
+					continue
 				}
 			} else if ctx.Err() == nil && !warned {
 				warned = true // once per outage, not every retry
@@ -280,23 +350,34 @@ func (rc *recorder) record(ctx context.Context, id string, r *recording) {
 		case <-r.boot:
 			timer.Stop()
 			r.sink.newBoot()
+		case <-r.enter:
+			timer.Stop()
+			r.sink.newBoot()
 		case <-timer.C:
 		}
 	}
 }
 
-// hold keeps att until the session ends (true: attach again) or ctx does
-// (false), starting new boots as told.
-func (rc *recorder) hold(ctx context.Context, att *consolehub.Attachment, r *recording) bool {
+// hold keeps att until the session ends (again: attach again) or ctx does,
+// starting new boots as told. A machine that enters a phase again while
+// its recording lingers gets a new session (again and boot: at once),
+// unless a user holds the current one, as a recording that starts with the
+// phase does: a BMC whose serial line is a link to the machine (ipmi_sim's
+// to QEMU's serial port) loses it when the machine is powered off and
+// links it again when SOL is activated.
+func (rc *recorder) hold(ctx context.Context, att *consolehub.Attachment, r *recording) (again, boot bool) {
 	defer att.Close()
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return false, false
 		case <-att.Done():
-			return true
+			return true, false
 		case <-r.boot:
 			r.sink.newBoot()
+		case <-r.enter:
+			r.sink.newBoot()
+			return true, true
 		}
 	}
 }
@@ -309,7 +390,15 @@ type bootSink struct {
 	phase   string
 	mu      sync.Mutex
 	w       *consolelog.Writer
-	written bool // the current boot has output
+	written bool      // the current boot has output
+	at      time.Time // of the last output
+}
+
+// last is when the last output came.
+func (s *bootSink) last() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.at
 }
 
 func (s *bootSink) Write(p []byte) (int, error) {
@@ -319,7 +408,7 @@ func (s *bootSink) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	if len(p) > 0 {
-		s.written = true
+		s.written, s.at = true, time.Now()
 	}
 	return s.w.Write(p)
 }

@@ -150,6 +150,11 @@ func (a *Agent) phaseReport(w http.ResponseWriter, r *http.Request, phase string
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
 		return
 	}
+	if rep.Error != "" {
+		// The environment printed why before it reported: let its
+		// console deliver that, for the failure event's console tail.
+		a.recorder.settle(r.Context(), rep.Machine)
+	}
 	res, err := a.store.Report(r.Context(), req)
 	if err != nil {
 		outcome = a.reportRefused(w, r, phase, rep.Machine, res, err)

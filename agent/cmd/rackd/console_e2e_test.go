@@ -255,7 +255,10 @@ min_interval = "0s"
 		t.Fatalf("read-only detach: exit %d: %s", code, ro.errOut.String())
 	}
 
-	// The environment reports a failure: its event carries the console.
+	// The environment reports a failure: its event carries the console,
+	// up to what it printed just before it reported (still in flight
+	// through the BMC when the report lands); what it prints after the
+	// report still reaches the log.
 	var m api.Machine
 	json.Unmarshal([]byte(mustCLI(t, d, admin, "--json", "machines", "show", "m1")), &m)
 	var cred enlist.Credential
@@ -263,14 +266,25 @@ min_interval = "0s"
 		enlist.CredentialRequest{Machine: m.ID, MAC: "52:54:00:0c:00:01"}, &cred); status != 200 {
 		t.Fatalf("credential: %d %s %v", status, raw, err)
 	}
+	if _, err := g.Write([]byte("commissioning: no disks found; reporting to rackd\r\n")); err != nil {
+		t.Fatal(err)
+	}
 	if status, raw, _ := d.api(http.DefaultClient, cred.Token, "POST", "/metadata/v1/commissioned",
 		enlist.Report{Machine: m.ID, Error: "no disks found"}, nil); status != 200 {
 		t.Fatalf("report: %d %s", status, raw)
 	}
+	if _, err := g.Write([]byte("commissioning: powering off\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the line printed after the report in the log", func() bool {
+		code, out, _ := runCLI(t, d, admin, "machines", "console-log", "m1")
+		return code == 0 && strings.Contains(out, "commissioning: powering off")
+	})
 	var evs []api.Event
 	json.Unmarshal([]byte(mustCLI(t, d, admin, "--json", "machines", "events", "m1")), &evs)
 	last := evs[len(evs)-1]
-	if last.To != "FAILED_COMMISSIONING" || !strings.Contains(last.Console, "commissioning: probing disks") || len(last.Console) > 4096 {
+	if last.To != "FAILED_COMMISSIONING" || !strings.Contains(last.Console, "commissioning: probing disks") ||
+		!strings.Contains(last.Console, "no disks found; reporting to rackd") || len(last.Console) > 4096 {
 		t.Fatalf("failure event: %+v", last)
 	}
 	if _, out, _ := runCLI(t, d, []string{"RACKD_TOKEN=" + bob.Token}, "--json", "machines", "events", "m1"); strings.Contains(out, "probing disks") {

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"rackd/agent/api"
+	"rackd/agent/client"
+	"rackd/internal/ipmisim"
+	"rackd/internal/netnstest"
+)
+
+// solPort is where, inside the lab's namespace, the VM's serial port
+// listens for its BMC: QEMU's TCP chardev server, which ipmi_sim connects to
+// when SOL is activated.
+const solPort = "7023"
+
+// newConsoleVM is newBMCVM with the VM's serial port behind the BMC's
+// Serial-over-LAN: a TCP chardev server (still logged to v.serial, which
+// the test compares with what rackd shows) that ipmi_sim's sol line
+// connects to.
+func newConsoleVM(t *testing.T, l *lab, memMB, cpus int) *bmcVM {
+	t.Helper()
+	netnstest.Tool(t, "ipmi_sim")
+	v, argv := newVM(t, l, memMB, cpus, vmDiskBytes(t))
+	replaced := false
+	for i, a := range argv {
+		if strings.HasPrefix(a, "file,id=s0,") {
+			argv[i] = "socket,id=s0,host=127.0.0.1,port=" + solPort + ",server=on,wait=off,logfile=" + v.serial + ",logappend=on"
+			replaced = true
+		}
+	}
+	if !replaced {
+		t.Fatalf("newVM's serial chardev is not where this test expects it: %q", argv)
+	}
+	err := l.ns.Do(func() error {
+		var err error
+		v.sim, err = ipmisim.New(ipmisim.Options{Addr: "127.0.0.1:623", Machine: argv, SOL: "tcp:127.0.0.1:" + solPort})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("BMC: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("RACKD_E2E_CONSOLE") != "" {
+			t.Logf("serial console of the VM %s:\n%s", v.mac, v.text())
+			t.Logf("BMC hook log:\n%s", v.sim.HookLog())
+		}
+		if err := v.sim.Close(); err != nil {
+			t.Errorf("BMC: %v", err)
+		}
+	})
+	return v
+}
+
+// TestE2EConsole: a real VM whose serial port is its BMC's SOL (ipmi_sim).
+// While it commissions, rackd's console shows what the enlistment
+// environment prints (sharing the recorder's session, which lasts the whole
+// phase) and the console log keeps the boot. (The failure event's console
+// tail is TestConsoleRealBMC's, in agent/cmd/rackd, with ipmi_sim's SOL.)
+func TestE2EConsole(t *testing.T) {
+	requireVM(t)
+	img := enlistImage(t)
+	requirePhaseModes(t, img)
+	if !diskDriversListed(t) && os.Getenv("RACKD_E2E_IMAGE") == "" {
+		t.Skip("initramfs/modules.txt lists no disk driver (virtio_blk): the environment cannot see the VM's disk")
+	}
+	l := newLab(t, labOptions{})
+	l.importImage(img)
+
+	v := newConsoleVM(t, l, 768, 2)
+	var m api.Machine
+	l.call(http.StatusCreated, "POST", "/api/v1/machines", api.CreateMachine{Hostname: "vm1", MACs: []string{v.mac},
+		Power: &api.PowerParams{Driver: "ipmi", Address: v.sim.Addr, Username: v.sim.User, Password: v.sim.Password}}, &m)
+	l.cli("machines", "commission", "vm1")
+
+	// rackd console, read-only, while the recorder holds the BMC's SOL:
+	// it joins that session and shows the environment's progress.
+	c := client.New(l.url, l.token, client.WithHTTPClient(l.client))
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	var (
+		shown bytes.Buffer
+		con   io.ReadWriteCloser
+		buf   = make([]byte, 4096)
+	)
+	for !bytes.Contains(shown.Bytes(), []byte("rackd-enlist: ")) {
+		if con == nil {
+			var err error
+			if con, err = c.Console(ctx, "vm1", false); err != nil {
+				if ctx.Err() != nil {
+					t.Fatalf("rackd console never attached: %v; it showed:\n%s", err, shown.String())
+				}
+				time.Sleep(time.Second) // the recorder is still attaching
+				continue
+			}
+		}
+		n, err := con.Read(buf)
+		shown.Write(buf[:n])
+		if err != nil {
+			// The BMC dropped the session (an overloaded ipmi_sim
+			// stops answering for seconds): attach again, as an
+			// operator would.
+			t.Logf("rackd console ended (%v); attaching again", err)
+			con.Close()
+			con = nil
+		}
+	}
+	con.Close()
+	// What rackd showed is what the VM printed.
+	if line := lastFullLine(shown.String()); line == "" || !strings.Contains(v.text(), line) {
+		t.Errorf("rackd console showed %q, which the VM's serial log lacks", line)
+	}
+	m, _ = l.waitState(m.ID, "READY", "FAILED_COMMISSIONING")
+	if list := l.cli("machines", "console-log", "vm1", "--list"); !strings.Contains(list, "commission") {
+		t.Errorf("console-log --list after commissioning:\n%s", list)
+	}
+	// Output before the BMC's SOL reached the VM's serial port (the
+	// firmware, the first kernel lines) is not relayed: the environment's
+	// own lines are.
+	if log := l.cli("machines", "console-log", "vm1"); !strings.Contains(log, "rackd-enlist: claimed the commission credential") {
+		t.Errorf("the commissioning's console log lacks the environment:\n%s", log)
+	}
+
+}
+
+// lastFullLine is the last non-empty line of s that ends with a newline.
+func lastFullLine(s string) string {
+	lines := strings.Split(strings.ReplaceAll(s, "\r", ""), "\n")
+	for i := len(lines) - 2; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			return l
+		}
+	}
+	return ""
+}
