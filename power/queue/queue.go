@@ -181,6 +181,11 @@ func (q *Queue) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			// Workers start under q.mu while ctx is live (workerLocked):
+			// passing through q.mu orders every start before the wait,
+			// and none starts after it.
+			q.mu.Lock()
+			q.mu.Unlock()
 			q.wg.Wait()
 			return nil
 		case now := <-t.C:

@@ -715,3 +715,46 @@ func TestMetricsExposition(t *testing.T) {
 		t.Errorf("lint: %v %v", lint, err)
 	}
 }
+
+// TestStopWhileKicked: a queue stopped while machines are being kicked
+// (a watchdog's expiry, an API request) starts no worker once it stops
+// waiting for them, and its wait does not race with a worker's start.
+func TestStopWhileKicked(t *testing.T) {
+	h := newHarness(t, fastConfig())
+	var ids []string
+	for i := range 8 {
+		id, _ := h.machine(fmt.Sprintf("k%d", i), "10.0.0.1")
+		ids = append(ids, id)
+	}
+	h.stop() // the harness's own run
+	for range 50 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { h.q.Run(ctx); close(done) }()
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						h.q.Kick(id) // no open request: each worker exits at once
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Millisecond)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return within 10s of its context ending")
+		}
+		close(stop)
+		wg.Wait()
+	}
+}
