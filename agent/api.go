@@ -364,6 +364,7 @@ func machineFields(m store.Machine) api.Machine {
 		// Desired and observed power come with the power queue; until then
 		// nothing has been asked or seen.
 		Power: api.PowerView{Driver: m.Power.Driver, Address: m.Power.Address, SetBy: m.PowerSetBy,
+			TLSFingerprint: m.Power.TLSFingerprint, InsecureTLS: m.Power.InsecureTLS, BootMode: m.Power.BootMode,
 			Desired: "unknown", Observed: "unknown"},
 		StateSince: m.StateSince, Created: m.Created,
 		Inventory: inventoryView(m), DeployImage: m.DeployImage,
@@ -416,6 +417,10 @@ func (a *Agent) createMachine(w http.ResponseWriter, r *http.Request, who store.
 		State: store.State(strings.ToUpper(req.State))}
 	if req.Power != nil {
 		nm.Power = store.PowerParams(*req.Power)
+		if err := a.checkPowerAddress(nm.Power.Driver, nm.Power.Address); err != nil {
+			writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
+			return
+		}
 	}
 	m, err := a.store.CreateMachine(r.Context(), who, nm)
 	if err != nil {

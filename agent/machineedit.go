@@ -25,6 +25,12 @@ func patchFromAPI(req api.MachinePatch) store.MachinePatch {
 		}
 		return &f.Value
 	}
+	flag := func(f api.Field[bool]) *bool {
+		if !f.Set {
+			return nil
+		}
+		return &f.Value
+	}
 	num := func(f api.Field[int]) *int {
 		if !f.Set {
 			return nil
@@ -45,10 +51,26 @@ func patchFromAPI(req api.MachinePatch) store.MachinePatch {
 			p.ClearPower = true
 		} else {
 			p.Power = store.PowerPatch{Driver: str(pp.Driver), Address: str(pp.Address), Username: str(pp.Username),
-				Password: str(pp.Password), CipherSuite: num(pp.CipherSuite)}
+				Password: str(pp.Password), CipherSuite: num(pp.CipherSuite),
+				TLSFingerprint: str(pp.TLSFingerprint), InsecureTLS: flag(pp.InsecureTLS), BootMode: str(pp.BootMode)}
 		}
 	}
 	return p
+}
+
+// checkPowerAddress asks the machine's driver whether it takes the BMC
+// address, where the driver can tell (power.AddressChecker): a bad one is
+// refused now, not at the first power request.
+func (a *Agent) checkPowerAddress(driver, addr string) error {
+	addr = strings.TrimSpace(addr)
+	c, ok := a.powerDrivers[strings.ToLower(strings.TrimSpace(driver))].(power.AddressChecker)
+	if !ok || addr == "" {
+		return nil
+	}
+	if err := c.CheckAddress(addr); err != nil {
+		return fmt.Errorf("power address: %w", err)
+	}
+	return nil
 }
 
 // patchMachine changes a machine's record (admin): JSON merge patch.
@@ -64,6 +86,22 @@ func (a *Agent) patchMachine(w http.ResponseWriter, r *http.Request, who store.A
 		if name := strings.ToLower(strings.TrimSpace(*d)); a.powerDrivers[name] == nil {
 			writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("power driver %q is not in this rackd (known: %s)",
 				*d, strings.Join(slices.Sorted(maps.Keys(a.powerDrivers)), ", ")))
+			return
+		}
+	}
+	if p.Power.Driver != nil || p.Power.Address != nil {
+		var driver, addr string
+		if old, err := a.store.Machine(r.PathValue("id")); err == nil && !p.ClearPower {
+			driver, addr = old.Power.Driver, old.Power.Address
+		}
+		if p.Power.Driver != nil {
+			driver = *p.Power.Driver
+		}
+		if p.Power.Address != nil {
+			addr = *p.Power.Address
+		}
+		if err := a.checkPowerAddress(driver, addr); err != nil {
+			writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
 			return
 		}
 	}

@@ -80,7 +80,7 @@ func TestPatchMachine(t *testing.T) {
 		status            int
 		code, msg         string
 	}{
-		"unknown driver":      {ta.admin, "b1", `{"power": {"driver": "redfish"}}`, 400, api.CodeBadRequest, "not in this rackd"},
+		"unknown driver":      {ta.admin, "b1", `{"power": {"driver": "amt"}}`, 400, api.CodeBadRequest, "not in this rackd"},
 		"address, no driver":  {ta.admin, "b1", `{"power": {"address": "10.0.0.9"}}`, 400, api.CodeBadRequest, "need a power driver"},
 		"unknown field":       {ta.admin, "b1", `{"macs": ["52:54:00:00:07:09"]}`, 400, api.CodeBadRequest, "macs"},
 		"unknown power field": {ta.admin, "b1", `{"power": {"pasword": "x"}}`, 400, api.CodeBadRequest, "pasword"},

@@ -5,16 +5,20 @@ import (
 
 	"rackd/power/ipmi"
 	"rackd/power/manual"
+	"rackd/power/redfish"
 )
 
 // addDrivers registers the drivers for real machines under the names
 // machines give in their power parameters: "ipmi" (IPMI over LAN, one
-// session per BMC) and "manual" (an operator presses the button).
+// session per BMC), "redfish" (Redfish over HTTPS, one session per BMC,
+// certificates pinned) and "manual" (an operator presses the button).
 func (a *Agent) addDrivers() error {
 	d := ipmi.New(ipmi.Options{Logger: a.log})
 	a.powerDrivers["ipmi"] = d
+	rf := redfish.New(redfish.Options{Logger: a.log})
+	a.powerDrivers["redfish"] = rf
 	a.powerDrivers["manual"] = manual.New(a.log.With("driver", "manual"), 0)
-	a.powerClose = append(a.powerClose, d.Close)
+	a.powerClose = append(a.powerClose, d.Close, rf.Close)
 	return nil
 }
 

@@ -2,8 +2,11 @@ package power
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // State is a machine's power state as a BMC reports it.
@@ -165,4 +168,25 @@ func ErrorKind(err error) string {
 		return "unsupported"
 	}
 	return "other"
+}
+
+// NormalizeFingerprint makes a SHA-256 fingerprint as operators write it
+// (upper or lower case, with or without colons, with or without a "sha256:"
+// prefix) the lower-case hex drivers compare and the store keeps.
+func NormalizeFingerprint(s string) (string, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	s = strings.TrimPrefix(s, "sha256:")
+	s = strings.ReplaceAll(s, ":", "")
+	if b, err := hex.DecodeString(s); err != nil || len(b) != sha256.Size {
+		return "", fmt.Errorf("TLS fingerprint: want the 64 hex digits of a SHA-256")
+	}
+	return s, nil
+}
+
+// AddressChecker is implemented by drivers that can tell a bad BMC address
+// before it is used (the agent asks when a machine's power parameters are
+// set), so an operator hears about it at once rather than at the first
+// power request.
+type AddressChecker interface {
+	CheckAddress(addr string) error
 }

@@ -37,10 +37,17 @@ type PowerPatch struct {
 	Username    *string
 	Password    *string
 	CipherSuite *int
+	// TLSFingerprint set to "" trusts the next certificate the BMC shows
+	// (after a deliberate certificate change). A new address clears the
+	// pinned fingerprint unless the patch sets one.
+	TLSFingerprint *string
+	InsecureTLS    *bool
+	BootMode       *string
 }
 
 func (p PowerPatch) empty() bool {
-	return p.Driver == nil && p.Address == nil && p.Username == nil && p.Password == nil && p.CipherSuite == nil
+	return p.Driver == nil && p.Address == nil && p.Username == nil && p.Password == nil && p.CipherSuite == nil &&
+		p.TLSFingerprint == nil && p.InsecureTLS == nil && p.BootMode == nil
 }
 
 // DefaultPowerDriver is the driver a machine gets when only credentials are
@@ -106,6 +113,15 @@ func (t *Tx) updateMachine(actor Actor, idOrName string, p MachinePatch) (Machin
 	set(&nm.Power.Password, p.Power.Password)
 	if p.Power.CipherSuite != nil {
 		nm.Power.CipherSuite = *p.Power.CipherSuite
+	}
+	if p.Power.Address != nil && strings.TrimSpace(*p.Power.Address) != old.Power.Address && p.Power.TLSFingerprint == nil {
+		// Another BMC: the old one's certificate says nothing about it.
+		nm.Power.TLSFingerprint = ""
+	}
+	set(&nm.Power.TLSFingerprint, p.Power.TLSFingerprint)
+	set(&nm.Power.BootMode, p.Power.BootMode)
+	if p.Power.InsecureTLS != nil {
+		nm.Power.InsecureTLS = *p.Power.InsecureTLS
 	}
 	var notes []string
 	if bmc := bmcAddress(old); bmc != "" && !p.Power.empty() {
@@ -211,6 +227,11 @@ func describeChanges(old, m Machine) []string {
 	if old.Power.CipherSuite != m.Power.CipherSuite {
 		out = append(out, fmt.Sprintf("cipher suite %d -> %d", old.Power.CipherSuite, m.Power.CipherSuite))
 	}
+	str("power TLS fingerprint", old.Power.TLSFingerprint, m.Power.TLSFingerprint)
+	if old.Power.InsecureTLS != m.Power.InsecureTLS {
+		out = append(out, fmt.Sprintf("power insecure TLS %v -> %v", old.Power.InsecureTLS, m.Power.InsecureTLS))
+	}
+	str("power boot mode", old.Power.BootMode, m.Power.BootMode)
 	return out
 }
 

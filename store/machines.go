@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"rackd/power"
 )
 
 // NewMachine describes a machine to create.
@@ -130,7 +132,7 @@ func (p *PowerParams) validate() error {
 	p.Driver = strings.ToLower(strings.TrimSpace(p.Driver))
 	p.Address = strings.TrimSpace(p.Address)
 	if p.Driver == "" {
-		if p.Address != "" || p.Username != "" || p.Password != "" || p.CipherSuite != 0 {
+		if p.Address != "" || p.Username != "" || p.Password != "" || p.CipherSuite != 0 || p.TLSFingerprint != "" || p.InsecureTLS || p.BootMode != "" {
 			return errorf(CodeInvalid, "power address, credentials and cipher suite need a power driver (ipmi, manual)")
 		}
 		return nil
@@ -146,6 +148,23 @@ func (p *PowerParams) validate() error {
 	}
 	if p.CipherSuite < 0 || p.CipherSuite > 17 {
 		return errorf(CodeInvalid, "IPMI cipher suite %d: want 0 (the driver's default) to 17", p.CipherSuite)
+	}
+	p.BootMode = strings.ToLower(strings.TrimSpace(p.BootMode))
+	if p.BootMode != "" && p.BootMode != "uefi" && p.BootMode != "legacy" {
+		return errorf(CodeInvalid, "power boot mode %q: want uefi, legacy or empty (as the BMC has it)", p.BootMode)
+	}
+	if p.TLSFingerprint != "" {
+		fp, err := power.NormalizeFingerprint(p.TLSFingerprint)
+		if err != nil {
+			return errorf(CodeInvalid, "power %v", err)
+		}
+		p.TLSFingerprint = fp
+	}
+	if p.Driver != "redfish" && (p.TLSFingerprint != "" || p.InsecureTLS || p.BootMode != "") {
+		return errorf(CodeInvalid, "TLS fingerprint, insecure TLS and boot mode are for the redfish power driver, not %s", p.Driver)
+	}
+	if p.TLSFingerprint != "" && p.InsecureTLS {
+		return errorf(CodeInvalid, "power TLS: a pinned fingerprint and insecure TLS exclude each other; choose one")
 	}
 	return nil
 }

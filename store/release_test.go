@@ -59,7 +59,7 @@ func TestFinishRelease(t *testing.T) {
 	}{
 		"no power driver": {drives: drivesFake},
 		// Its off is never going to run: nothing to wait for.
-		"a driver rackd does not have": {driver: "redfish", drives: drivesFake},
+		"a driver rackd does not have": {driver: "amt", drives: drivesFake},
 		"no driver set given":          {driver: "fake"},
 		"off queued":                   {driver: "fake", drives: drivesFake, want: WaitPowerQueue},
 		"off running": {driver: "fake", drives: drivesFake, want: WaitPowerQueue,

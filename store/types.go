@@ -13,6 +13,16 @@ type PowerParams struct {
 	Password string `json:"-"`
 	// CipherSuite is the IPMI 2.0 cipher suite (0: the driver's default).
 	CipherSuite int `json:"cipher_suite,omitempty"`
+	// TLSFingerprint is the SHA-256 of the BMC's TLS certificate (64
+	// lower-case hex digits) a driver over TLS (redfish) enforces; empty
+	// trusts the first certificate seen and records it here.
+	TLSFingerprint string `json:"tls_fingerprint,omitempty"`
+	// InsecureTLS is the operator's explicit choice not to check the BMC's
+	// certificate (never implied).
+	InsecureTLS bool `json:"insecure_tls,omitempty"`
+	// BootMode is "uefi" or "legacy": the firmware mode a one-time boot
+	// override asks for (redfish); empty keeps the BMC's.
+	BootMode string `json:"boot_mode,omitempty"`
 }
 
 // Machine is one server of the rack.

@@ -57,6 +57,16 @@ type PowerParams struct {
 	// CipherSuite is the IPMI 2.0 cipher suite (0: the driver's default, 3;
 	// 17 where the BMC offers it).
 	CipherSuite int `json:"cipher_suite,omitempty"`
+	// TLSFingerprint (redfish) is the SHA-256 of the BMC's certificate to
+	// enforce (hex, colons allowed); empty trusts the first one seen and
+	// records it.
+	TLSFingerprint string `json:"tls_fingerprint,omitempty"`
+	// InsecureTLS (redfish) checks no certificate at all: the operator's
+	// explicit choice for this machine.
+	InsecureTLS bool `json:"insecure_tls,omitempty"`
+	// BootMode (redfish) is "uefi" or "legacy" for the one-time boot
+	// override; empty keeps the BMC's.
+	BootMode string `json:"boot_mode,omitempty"`
 }
 
 // PowerView is the power part of a machine as the API shows it.
@@ -65,9 +75,14 @@ type PowerView struct {
 	Address string `json:"address,omitempty"`
 	// SetBy is "commissioning" when the commissioning's BMC set-up wrote
 	// the power configuration, empty when an operator did.
-	SetBy    string `json:"set_by,omitempty"`
-	Desired  string `json:"desired"`
-	Observed string `json:"observed"`
+	SetBy string `json:"set_by,omitempty"`
+	// TLSFingerprint is the BMC certificate pinned (set, or trusted on
+	// first use); InsecureTLS says no certificate is checked.
+	TLSFingerprint string `json:"tls_fingerprint,omitempty"`
+	InsecureTLS    bool   `json:"insecure_tls,omitempty"`
+	BootMode       string `json:"boot_mode,omitempty"`
+	Desired        string `json:"desired"`
+	Observed       string `json:"observed"`
 }
 
 // IP is one address bound to one of a machine's interfaces.
@@ -192,6 +207,10 @@ type PowerPatch struct {
 	Username    Field[string] `json:"username,omitzero"`
 	Password    Field[string] `json:"password,omitzero"`
 	CipherSuite Field[int]    `json:"cipher_suite,omitzero"`
+	// TLSFingerprint "" trusts the next certificate the BMC shows.
+	TLSFingerprint Field[string] `json:"tls_fingerprint,omitzero"`
+	InsecureTLS    Field[bool]   `json:"insecure_tls,omitzero"`
+	BootMode       Field[string] `json:"boot_mode,omitzero"`
 }
 
 // DeleteMachine is the optional body of DELETE /api/v1/machines/{id}.

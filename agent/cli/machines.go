@@ -161,11 +161,14 @@ in the process list or the shell history.`,
 			fs.Var(&tags, "tag", "`TAG` for allocation constraints (repeatable)")
 			fs.StringVar(&req.Zone, "zone", "", "`ZONE` for allocation constraints")
 			fs.StringVar(&req.State, "state", "", "initial `STATE`: NEW (default), READY (skip commissioning) or DEPLOYED (adopt a running machine)")
-			fs.StringVar(&p.Driver, "power-driver", "", "power `DRIVER`, e.g. ipmi")
-			fs.StringVar(&p.Address, "power-address", "", "BMC `HOST:PORT`")
+			fs.StringVar(&p.Driver, "power-driver", "", "power `DRIVER`: ipmi, redfish or manual")
+			fs.StringVar(&p.Address, "power-address", "", "BMC `HOST:PORT` (redfish: https://HOST[:PORT][/redfish/v1/Systems/ID])")
 			fs.StringVar(&p.Username, "power-user", "", "BMC `USER`")
 			fs.StringVar(&p.Password, "power-password", "", "BMC `PASSWORD` (better: env RACKD_POWER_PASSWORD)")
 			fs.IntVar(&p.CipherSuite, "power-cipher", 0, "IPMI 2.0 cipher suite `N` (0: the driver's default, 3; 17 where the BMC offers it)")
+			fs.StringVar(&p.TLSFingerprint, "power-tls-fingerprint", "", "redfish: the BMC certificate's SHA-256 `HEX` to enforce (default: trust the first one seen, then enforce it)")
+			fs.BoolVar(&p.InsecureTLS, "power-insecure-tls", false, "redfish: check no BMC certificate at all (explicit opt-out)")
+			fs.StringVar(&p.BootMode, "power-boot-mode", "", "redfish: `MODE` of the one-time network boot, uefi or legacy (default: the BMC's)")
 			return func(e *env, _ []string) error {
 				switch {
 				case req.Hostname == "":
@@ -185,8 +188,8 @@ in the process list or the shell history.`,
 					}
 				}
 				if p.Driver == "" {
-					if p.Address != "" || p.Username != "" || p.Password != "" || p.CipherSuite != 0 {
-						return usagef("--power-address, --power-user and --power-password need --power-driver")
+					if p.Address != "" || p.Username != "" || p.Password != "" || p.CipherSuite != 0 || p.TLSFingerprint != "" || p.InsecureTLS || p.BootMode != "" {
+						return usagef("--power-address, --power-user, --power-password and the other --power-* flags need --power-driver")
 					}
 				} else {
 					if p.Password == "" {
@@ -304,12 +307,16 @@ the shell history. The password and user are never shown back.`,
 			var (
 				hostname, arch, zone, reason    string
 				driver, address, user, password string
+				fingerprint, bootMode           string
 				cpu, memory, cipher             int
 				tags                            stringList
-				noTags, noPower                 bool
+				noTags, noPower, insecure       bool
 			)
-			fs.StringVar(&driver, "power-driver", "", "power `DRIVER`: ipmi, or manual (an operator presses the button)")
-			fs.StringVar(&address, "power-address", "", "BMC `HOST[:PORT]` (port 623 when left out)")
+			fs.StringVar(&driver, "power-driver", "", "power `DRIVER`: ipmi, redfish, or manual (an operator presses the button)")
+			fs.StringVar(&address, "power-address", "", "BMC `HOST[:PORT]` (ipmi: port 623 when left out; redfish: https://HOST[:PORT][/redfish/v1/Systems/ID])")
+			fs.StringVar(&fingerprint, "power-tls-fingerprint", "", "redfish: the BMC certificate's SHA-256 `HEX` to enforce (\"\" trusts the next one seen: after a deliberate certificate change)")
+			fs.BoolVar(&insecure, "power-insecure-tls", false, "redfish: check no BMC certificate at all (explicit opt-out; =false to check again)")
+			fs.StringVar(&bootMode, "power-boot-mode", "", "redfish: `MODE` of the one-time network boot, uefi or legacy (\"\": the BMC's)")
 			fs.StringVar(&user, "power-user", "", "BMC `USER`")
 			fs.StringVar(&password, "power-password", "", "BMC `PASSWORD` (better: env RACKD_POWER_PASSWORD)")
 			fs.IntVar(&cipher, "power-cipher", 0, "IPMI 2.0 cipher suite `N` (0: the driver's default, 3; 17 where the BMC offers it)")
@@ -329,7 +336,8 @@ the shell history. The password and user are never shown back.`,
 				switch {
 				case given["tag"] && noTags:
 					return usagef("--tag and --no-tags contradict each other")
-				case noPower && (given["power-driver"] || given["power-address"] || given["power-user"] || given["power-password"] || given["power-cipher"]):
+				case noPower && (given["power-driver"] || given["power-address"] || given["power-user"] || given["power-password"] || given["power-cipher"] ||
+					given["power-tls-fingerprint"] || given["power-insecure-tls"] || given["power-boot-mode"]):
 					return usagef("--no-power and --power-* flags contradict each other")
 				case cpu < 0 || memory < 0:
 					return usagef("--cpu and --memory-mb must not be negative")
@@ -361,13 +369,17 @@ the shell history. The password and user are never shown back.`,
 					dst   *api.Field[string]
 					value string
 				}{{"power-driver", &p.Driver, driver}, {"power-address", &p.Address, address},
-					{"power-user", &p.Username, user}, {"power-password", &p.Password, password}} {
+					{"power-user", &p.Username, user}, {"power-password", &p.Password, password},
+					{"power-tls-fingerprint", &p.TLSFingerprint, fingerprint}, {"power-boot-mode", &p.BootMode, bootMode}} {
 					if given[f.flag] {
 						*f.dst, anyPower = api.Some(f.value), true
 					}
 				}
 				if given["power-cipher"] {
 					p.CipherSuite, anyPower = api.Some(cipher), true
+				}
+				if given["power-insecure-tls"] {
+					p.InsecureTLS, anyPower = api.Some(insecure), true
 				}
 				if env := os.Getenv("RACKD_POWER_PASSWORD"); anyPower && !given["power-password"] && env != "" {
 					p.Password = api.Some(env)

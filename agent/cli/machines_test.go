@@ -52,12 +52,24 @@ func TestMachinesSetRm(t *testing.T) {
 			errContains: []string{"--tag and --no-tags"},
 		},
 		"set refused": {
-			args: []string{"machines", "set", "web1", "--power-driver", "redfish"},
+			args: []string{"machines", "set", "web1", "--power-driver", "amt"},
 			routes: map[string]answer{"PATCH /api/v1/machines/web1": {400,
-				`{"error":"power driver \"redfish\" is not in this rackd (known: ipmi, manual)","code":"bad_request"}`}},
-			want:        []seen{{Method: "PATCH", Path: "/api/v1/machines/web1", Body: `{"power":{"driver":"redfish"}}`}},
+				`{"error":"power driver \"amt\" is not in this rackd (known: ipmi, manual, redfish)","code":"bad_request"}`}},
+			want:        []seen{{Method: "PATCH", Path: "/api/v1/machines/web1", Body: `{"power":{"driver":"amt"}}`}},
 			code:        1,
-			errContains: []string{`rackd: power driver "redfish" is not in this rackd (known: ipmi, manual) (bad_request, HTTP 400)`},
+			errContains: []string{`rackd: power driver "amt" is not in this rackd (known: ipmi, manual, redfish) (bad_request, HTTP 400)`},
+		},
+		"set redfish with its TLS and boot flags": {
+			args: []string{"machines", "set", "web1", "--power-driver", "redfish", "--power-address", "https://10.0.0.9",
+				"--power-tls-fingerprint", "", "--power-insecure-tls=false", "--power-boot-mode", "uefi"},
+			routes: map[string]answer{"PATCH /api/v1/machines/web1": one},
+			want: []seen{{Method: "PATCH", Path: "/api/v1/machines/web1",
+				Body: `{"power":{"driver":"redfish","address":"https://10.0.0.9","tls_fingerprint":"","insecure_tls":false,"boot_mode":"uefi"}}`}},
+			contains: []string{"Hostname:    web1\n"},
+		},
+		"set --no-power with a TLS flag": {
+			args: []string{"machines", "set", "web1", "--no-power", "--power-insecure-tls"}, code: 2,
+			errContains: []string{"--no-power and --power-* flags contradict"},
 		},
 		"rm": {
 			args:   []string{"machines", "rm", "web1"},

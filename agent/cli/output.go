@@ -140,6 +140,15 @@ func printMachine(w io.Writer, m api.Machine) error {
 		power += fmt.Sprintf(", desired %s, observed %s", cell(m.Power.Desired), cell(m.Power.Observed))
 	}
 	row("Power", power)
+	switch {
+	case m.Power.InsecureTLS:
+		row("BMC TLS", "not checked (insecure TLS chosen for this machine)")
+	case m.Power.TLSFingerprint != "":
+		row("BMC TLS", "certificate pinned, sha256 "+cell(m.Power.TLSFingerprint))
+	}
+	if m.Power.BootMode != "" {
+		row("Boot mode", cell(m.Power.BootMode))
+	}
 	if m.DeployImage != "" {
 		row("Deploy image", cell(m.DeployImage))
 	}

@@ -412,7 +412,20 @@ func (q *Queue) step(ctx context.Context, w *worker) (bool, error) {
 // target is how the drivers reach m's BMC.
 func target(m store.Machine) power.Target {
 	return power.Target{Driver: m.Power.Driver, Address: m.Power.Address, Username: m.Power.Username,
-		Password: m.Power.Password, CipherSuite: m.Power.CipherSuite}
+		Password: m.Power.Password, CipherSuite: m.Power.CipherSuite, TLSFingerprint: m.Power.TLSFingerprint,
+		InsecureTLS: m.Power.InsecureTLS, BootMode: m.Power.BootMode}
+}
+
+// target adds Pin to target(m): a BMC certificate a driver trusts on first
+// use is recorded with the machine, so it is enforced from then on, across
+// restarts.
+func (q *Queue) target(m store.Machine) power.Target {
+	t := target(m)
+	id, addr := m.ID, m.Power.Address
+	t.Pin = func(ctx context.Context, fingerprint string) error {
+		return q.st.PinPowerCertificate(ctx, id, addr, fingerprint)
+	}
+	return t
 }
 
 // errNewer ends a request that a newer one superseded during a wait.
@@ -445,7 +458,7 @@ func (q *Queue) execute(ctx context.Context, w *worker, r store.PowerRequest, ne
 		q.finish(ctx, j, fmt.Errorf("machine %s: no power driver %q in this rackd (known: %s)", m.Hostname, m.Power.Driver, q.driverNames()))
 		return
 	}
-	j.target = target(m)
+	j.target = q.target(m)
 	err = j.run(ctx, nextBoot, resumed)
 	if ctx.Err() != nil {
 		// Shutting down: the request stays open and is resumed on restart.
@@ -757,7 +770,7 @@ func (q *Queue) poll(ctx context.Context, w *worker) {
 		return
 	}
 	drv := q.drivers[m.Power.Driver]
-	t := target(m)
+	t := q.target(m)
 	var s power.State
 	err = q.command(power.WithRequestID(ctx, "poll"), t.Address, t.Driver, "status", func(c context.Context) error {
 		var err error

@@ -35,6 +35,9 @@ type Store interface {
 	SupersedePower(ctx context.Context, id, by string) error
 	// FinishPower writes a request's fate and the power last observed.
 	FinishPower(ctx context.Context, id string, state store.PowerRequestState, attempts int, errText string, observed power.State) (store.PowerRequest, error)
+	// PinPowerCertificate records the BMC certificate a driver trusted on
+	// first use (refused if the machine's power address changed meanwhile).
+	PinPowerCertificate(ctx context.Context, machine, address, fingerprint string) error
 	// ObservePower records a polled power state and acts on drift.
 	ObservePower(ctx context.Context, machine string, observed power.State) (store.Observation, error)
 }

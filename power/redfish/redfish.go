@@ -241,25 +241,21 @@ func parseAddress(addr string) (endpoint, error) {
 	return ep, nil
 }
 
+// CheckAddress says whether addr is a BMC address the driver takes:
+// HOST, HOST:PORT, https://HOST[:PORT] or https://HOST[:PORT]/redfish/v1/Systems/ID.
+func (d *Driver) CheckAddress(addr string) error {
+	_, err := parseAddress(addr)
+	return err
+}
+
+var _ power.AddressChecker = (*Driver)(nil)
+
 // hostPort is the base's host with the port made explicit.
 func (ep endpoint) hostPort() string {
 	if ep.base.Port() != "" {
 		return ep.base.Host
 	}
 	return net.JoinHostPort(ep.base.Hostname(), "443")
-}
-
-// NormalizeFingerprint makes a SHA-256 fingerprint as operators write it
-// (upper or lower case, with or without colons, with or without a "sha256:"
-// prefix) the lower-case hex the driver compares.
-func NormalizeFingerprint(s string) (string, error) {
-	s = strings.ToLower(strings.TrimSpace(s))
-	s = strings.TrimPrefix(s, "sha256:")
-	s = strings.ReplaceAll(s, ":", "")
-	if b, err := hex.DecodeString(s); err != nil || len(b) != sha256.Size {
-		return "", fmt.Errorf("TLS fingerprint: want the 64 hex digits of a SHA-256")
-	}
-	return s, nil
 }
 
 // ---- the BMC entry and its TLS ----
@@ -298,7 +294,7 @@ func (d *Driver) prepare(b *bmc, t power.Target) error {
 	case t.InsecureTLS:
 		mode = "insecure"
 	case t.TLSFingerprint != "":
-		fp, err := NormalizeFingerprint(t.TLSFingerprint)
+		fp, err := power.NormalizeFingerprint(t.TLSFingerprint)
 		if err != nil {
 			return err
 		}

@@ -340,11 +340,11 @@ func TestParseAddress(t *testing.T) {
 		"SHA256:AB:" + strings.Repeat("cd:", 30) + "EF": "ab" + strings.Repeat("cd", 30) + "ef",
 		strings.Repeat("0", 64):                         strings.Repeat("0", 64),
 	} {
-		if got, err := NormalizeFingerprint(in); err != nil || got != want {
-			t.Errorf("NormalizeFingerprint(%q) = %q, %v", in, got, err)
+		if got, err := power.NormalizeFingerprint(in); err != nil || got != want {
+			t.Errorf("power.NormalizeFingerprint(%q) = %q, %v", in, got, err)
 		}
 	}
-	if _, err := NormalizeFingerprint("abc"); err == nil {
+	if _, err := power.NormalizeFingerprint("abc"); err == nil {
 		t.Error("a short fingerprint was accepted")
 	}
 }
