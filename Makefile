@@ -202,6 +202,14 @@ bench-ipmi:
 	@bash bench/ipmi/deps.sh
 	$(GO) run ./bench/ipmi $(BENCH_IPMI_FLAGS)
 
+## bench-redfish: status of 50 simulated Redfish BMCs (20 ms added per request) through
+##   rackd's redfish driver vs a redfishtool loop (installs redfishtool when missing)
+##   flags through BENCH_REDFISH_FLAGS, e.g. make bench-redfish BENCH_REDFISH_FLAGS='-reps 3'
+.PHONY: bench-redfish
+bench-redfish:
+	@bash bench/redfish/deps.sh
+	$(GO) run ./bench/redfish $(BENCH_REDFISH_FLAGS)
+
 ## bench-tftp: MB/s and server CPU per GB of rackd's TFTP vs tftpd-hpa, one client and a
 ##   50-client storm, curl (lock step) and atftp asking windowsize (root; network namespaces,
 ##   cgroups); flags through BENCH_TFTP_FLAGS, e.g. make bench-tftp BENCH_TFTP_FLAGS='-reps 5'
