@@ -194,6 +194,14 @@ bench-power:
 bench-deps:
 	@bash bench/dhcp/deps.sh
 
+## bench-redfish: status of 50 simulated Redfish BMCs (20 ms added to every
+##   request) through rackd's Redfish driver vs a redfishtool loop (installs
+##   redfishtool when missing); flags through BENCH_REDFISH_FLAGS, e.g. '-reps 5'
+.PHONY: bench-redfish
+bench-redfish:
+	@bash bench/redfish/deps.sh
+	$(GO) run ./bench/redfish $(BENCH_REDFISH_FLAGS)
+
 ## bench-ipmi: status of 50 ipmi_sim BMCs through rackd's IPMI driver vs an
 ##   ipmitool loop (root; installs openipmi and ipmitool when missing)
 ##   flags through BENCH_IPMI_FLAGS, e.g. make bench-ipmi BENCH_IPMI_FLAGS='-reps 3'
