@@ -39,23 +39,7 @@ func newConsoleVM(t *testing.T, l *lab, memMB, cpus int) *bmcVM {
 	if !replaced {
 		t.Fatalf("newVM's serial chardev is not where this test expects it: %q", argv)
 	}
-	err := l.ns.Do(func() error {
-		var err error
-		v.sim, err = ipmisim.New(ipmisim.Options{Addr: "127.0.0.1:623", Machine: argv, SOL: "tcp:127.0.0.1:" + solPort})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("BMC: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("RACKD_E2E_CONSOLE") != "" {
-			t.Logf("serial console of the VM %s:\n%s", v.mac, v.text())
-			t.Logf("BMC hook log:\n%s", v.sim.HookLog())
-		}
-		if err := v.sim.Close(); err != nil {
-			t.Errorf("BMC: %v", err)
-		}
-	})
+	v.startIPMI(l, ipmisim.Options{Addr: "127.0.0.1:623", Machine: argv, SOL: "tcp:127.0.0.1:" + solPort})
 	return v
 }
 

@@ -143,6 +143,16 @@ func newBMCVMWith(t *testing.T, l *lab, memMB, cpus int, diskBytes int64, inband
 			"-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0",
 			"-device", "isa-ipmi-kcs,bmc=bmc0")
 	}
+	v.startIPMI(l, opts)
+	return v
+}
+
+// startIPMI starts the VM's ipmi_sim BMC with opts inside the lab's
+// namespace; the test's end stops it (printing the VM's console and the
+// BMC's hook log when the test failed).
+func (v *bmcVM) startIPMI(l *lab, opts ipmisim.Options) {
+	t := v.t
+	t.Helper()
 	err := l.ns.Do(func() error {
 		// Started from a thread inside the namespace, ipmi_sim (and
 		// the QEMU its hook starts) live there.
@@ -162,7 +172,6 @@ func newBMCVMWith(t *testing.T, l *lab, memMB, cpus int, diskBytes int64, inband
 			t.Errorf("BMC: %v", err)
 		}
 	})
-	return v
 }
 
 // newRedfishVM is newBMCVM behind a simulated Redfish BMC (HTTPS, its own
