@@ -164,3 +164,30 @@ func TestRedfishAddressChecked(t *testing.T) {
 		t.Fatalf("patch to a bad fingerprint: %d %s", status, raw)
 	}
 }
+
+// TestPowerRedfishGracefulOff: with power.redfish_off = "graceful" an off
+// through the API asks the BMC for GracefulShutdown; by default, ForceOff.
+func TestPowerRedfishGracefulOff(t *testing.T) {
+	for _, tc := range []struct{ off, want string }{{"", "ForceOff"}, {"graceful", "GracefulShutdown"}} {
+		t.Run("redfish_off="+tc.off, func(t *testing.T) {
+			sim := redfishsim.Start(t, redfishsim.Options{PowerOn: true})
+			ta := startAgent(t, func(c *Config) {
+				c.Power.RedfishOff = tc.off
+				c.Power.VerifyInterval = Duration(100 * time.Millisecond)
+				c.Power.MinInterval = 0
+			})
+			ta.addMachine(t, api.CreateMachine{Hostname: "g", MACs: []string{"52:54:00:00:03:21"}, State: "DEPLOYED",
+				Power: &api.PowerParams{Driver: "redfish", Address: sim.URL, Username: sim.User, Password: sim.Password}})
+			var r api.PowerRequest
+			if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/g/power", api.PowerAction{Action: "off"}, &r); status != http.StatusAccepted {
+				t.Fatalf("off: %d %s", status, raw)
+			}
+			if r = waitPowerLong(t, ta, r.ID); r.State != "done" {
+				t.Fatalf("off: %+v", r)
+			}
+			if got := sim.Stats().Resets; len(got) != 1 || got[0] != tc.want {
+				t.Errorf("resets %v, want [%s]", got, tc.want)
+			}
+		})
+	}
+}

@@ -23,7 +23,11 @@ type PowerConfig struct {
 	BreakerThreshold int      `toml:"breaker_threshold"`
 	BreakerCooldown  Duration `toml:"breaker_cooldown"`
 	PollInterval     Duration `toml:"poll_interval"`
-	Fake             struct {
+	// RedfishOff is how the Redfish driver powers a machine off: "force"
+	// (ForceOff: at once, as IPMI's chassis power off) or "graceful"
+	// (GracefulShutdown: the OS shuts down, where the BMC offers it).
+	RedfishOff string `toml:"redfish_off"`
+	Fake       struct {
 		Enabled bool     `toml:"enabled"`
 		Latency Duration `toml:"latency"`
 		Log     string   `toml:"log"`
@@ -37,6 +41,11 @@ func (p PowerConfig) validate() error {
 	var errs []error
 	if p.MaxInFlight < 1 || p.MaxPerBMC < 1 {
 		errs = append(errs, errors.New("power.max_in_flight and power.max_per_bmc must be at least 1"))
+	}
+	switch p.RedfishOff {
+	case "", "force", "graceful":
+	default:
+		errs = append(errs, fmt.Errorf("power.redfish_off %q: want force or graceful", p.RedfishOff))
 	}
 	if p.Retries < 0 || p.BreakerThreshold < 1 {
 		errs = append(errs, errors.New("power.retries must be >= 0 and power.breaker_threshold >= 1"))

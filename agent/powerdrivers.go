@@ -15,7 +15,7 @@ import (
 func (a *Agent) addDrivers() error {
 	d := ipmi.New(ipmi.Options{Logger: a.log})
 	a.powerDrivers["ipmi"] = d
-	rf := redfish.New(redfish.Options{Logger: a.log})
+	rf := redfish.New(redfish.Options{Logger: a.log, GracefulOff: a.cfg.Power.RedfishOff == "graceful"})
 	a.powerDrivers["redfish"] = rf
 	a.powerDrivers["manual"] = manual.New(a.log.With("driver", "manual"), 0)
 	a.powerClose = append(a.powerClose, d.Close, rf.Close)
