@@ -13,8 +13,7 @@ import (
 )
 
 // The console recorder keeps the console output of machines in a phase
-// (commissioning, deploying, erasing), and for recordLinger after it, in
-// the console log: one boot starts
+// (commissioning, deploying, erasing) in the console log: one boot starts
 // when the phase starts, and another each time rackd powers the machine on
 // or cycles it during the phase, unless the boot so far has no output. It
 // holds the BMC's console session for the phase (sharing it with a user's
@@ -25,15 +24,11 @@ import (
 // the BMC refused or ended the session.
 const recordRetry = 2 * time.Second
 
-// recordLinger is how long the recorder goes on after a machine left its
-// phase: what it printed last (its environment's final lines, written as
-// it reported) is still on its way through the BMC when the report lands.
-const recordLinger = 5 * time.Second
-
-// A failure report waits (settle) until the console has had settleMin to
-// deliver what the environment printed before it reported, and then until
-// it has been quiet for settleQuiet, at most settleMax: the failure event's
-// console tail then ends with the environment's own words on the failure.
+// A phase report of a recorded machine waits (settle) until the console has
+// had settleMin to deliver what the environment printed before it reported,
+// and then until it has been quiet for settleQuiet, at most settleMax: the
+// log then has the environment's last words before the recording stops,
+// and a failure event's console tail its own words on the failure.
 const (
 	settleMin   = time.Second
 	settleQuiet = 500 * time.Millisecond
@@ -46,7 +41,6 @@ type recorderNote struct {
 	enter   bool // a transition into a phase: a new boot
 	powered bool // a power on or cycle completed
 	deleted bool
-	linger  bool // a lingering recording's time may be up
 }
 
 type recorder struct {
@@ -63,9 +57,6 @@ type recording struct {
 	boot   chan struct{} // cap 1: start a new boot (a power on)
 	enter  chan struct{} // cap 1: the machine entered a phase again
 	sink   *bootSink
-	// until is when a recording whose machine left its phase stops (zero:
-	// the machine is in its phase); only the run loop uses it.
-	until time.Time
 }
 
 func newRecorder(a *Agent) *recorder {
@@ -157,34 +148,20 @@ func (rc *recorder) handle(ctx context.Context, n recorderNote) {
 	}
 	m, err := rc.a.store.Machine(n.machine)
 	if err != nil || store.PhaseOf(m) == "" || !rc.a.cfg.Console.Record {
-		if r != nil {
-			rc.leaving(n.machine, r)
-		}
+		// At once, before the machine's power-off: a BMC whose serial
+		// line is a link to the machine (ipmi_sim's to QEMU's serial
+		// port) is best left with SOL inactive when the machine dies.
+		rc.stop(n.machine)
 		return
 	}
 	switch {
 	case r == nil:
 		rc.start(ctx, m, n.enter)
 	case n.enter:
-		r.until = time.Time{}
 		select {
 		case r.enter <- struct{}{}:
 		default:
 		}
-	default:
-		r.until = time.Time{}
-	}
-}
-
-// leaving stops the recording of a machine that left its phase once it has
-// lingered recordLinger.
-func (rc *recorder) leaving(id string, r *recording) {
-	switch {
-	case r.until.IsZero():
-		r.until = time.Now().Add(recordLinger)
-		time.AfterFunc(recordLinger, func() { rc.note(recorderNote{machine: id, linger: true}) })
-	case !time.Now().Before(r.until):
-		rc.stop(id)
 	}
 }
 
@@ -243,8 +220,8 @@ func (rc *recorder) sweep(ctx context.Context) {
 		}
 	}
 	rc.mu.Unlock()
-	for id, r := range stale {
-		rc.leaving(id, r)
+	for id := range stale {
+		rc.stop(id)
 	}
 	for id, m := range inPhase {
 		rc.mu.Lock()

@@ -150,11 +150,10 @@ func (a *Agent) phaseReport(w http.ResponseWriter, r *http.Request, phase string
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
 		return
 	}
-	if rep.Error != "" {
-		// The environment printed why before it reported: let its
-		// console deliver that, for the failure event's console tail.
-		a.recorder.settle(r.Context(), rep.Machine)
-	}
+	// The environment printed what it did (or why it failed) before it
+	// reported: let its console deliver that before the phase ends (the
+	// recording stops with it) and a failure event takes its tail.
+	a.recorder.settle(r.Context(), rep.Machine)
 	res, err := a.store.Report(r.Context(), req)
 	if err != nil {
 		outcome = a.reportRefused(w, r, phase, rep.Machine, res, err)

@@ -108,7 +108,7 @@ func TestE2EConsole(t *testing.T) {
 	// Output before the BMC's SOL reached the VM's serial port (the
 	// firmware, the first kernel lines) is not relayed: the environment's
 	// own lines are.
-	if log := l.cli("machines", "console-log", "vm1"); !strings.Contains(log, "rackd-enlist: claimed the commission credential") {
+	if log := l.cli("machines", "console-log", "vm1"); !strings.Contains(log, "rackd-enlist: claimed the commission credential") || !strings.Contains(log, "rackd-enlist: inventory: ") {
 		t.Errorf("the commissioning's console log lacks the environment:\n%s", log)
 	}
 
