@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,8 +47,8 @@ func newConsoleVM(t *testing.T, l *lab, memMB, cpus int) *bmcVM {
 // TestE2EConsole: a real VM whose serial port is its BMC's SOL (ipmi_sim).
 // While it commissions, rackd's console shows what the enlistment
 // environment prints (sharing the recorder's session, which lasts the whole
-// phase) and the console log keeps the boot. (The failure event's console
-// tail is TestConsoleRealBMC's, in agent/cmd/rackd, with ipmi_sim's SOL.)
+// phase) and the console log keeps the boot; a failed deployment's
+// FAILED_DEPLOYMENT event carries the end of the deploy boot's console.
 func TestE2EConsole(t *testing.T) {
 	requireVM(t)
 	img := enlistImage(t)
@@ -112,6 +113,40 @@ func TestE2EConsole(t *testing.T) {
 		t.Errorf("the commissioning's console log lacks the environment:\n%s", log)
 	}
 
+	// A failed deployment (an image whose bytes rotted in rackd's store):
+	// its FAILED_DEPLOYMENT event carries the end of the deploy boot's
+	// console, with the environment's own words about the failure.
+	badDir, badSHA := rawImage(t, "e2e-raw-bad", corruptMarker, 2)
+	l.importImage(badDir)
+	blob := filepath.Join(l.state, "images", "sha256", badSHA)
+	data, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatalf("blob of the bad image: %v", err)
+	}
+	data[5<<20] ^= 0xFF
+	if err := os.WriteFile(blob, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.waitObservedOff(m.ID)
+	l.cli("allocate", "--name", "vm1", "--agent-name", "e2e")
+	l.cli("machines", "deploy", "vm1", "--image", "e2e-raw-bad")
+	m, _ = l.waitState(m.ID, "FAILED_DEPLOYMENT", "DEPLOYED")
+	e := l.lastEvent(m.ID)
+	if !strings.Contains(e.Reason, "sha256 mismatch") {
+		t.Errorf("the failure event: %+v", e)
+	}
+	if !strings.Contains(e.Console, "rackd-enlist: ") {
+		t.Errorf("the FAILED_DEPLOYMENT event's console tail lacks the deploy environment's lines:\n%s", e.Console)
+	} else if !strings.Contains(v.text(), lastFullLine(e.Console)) {
+		t.Errorf("the event's console tail ends with %q, which the VM's serial log lacks", lastFullLine(e.Console))
+	}
+	t.Logf("the failure event's console tail ends:\n%s", tail(e.Console, 5))
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // lastFullLine is the last non-empty line of s that ends with a newline.
