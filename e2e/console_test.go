@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,9 +62,44 @@ func TestE2EConsole(t *testing.T) {
 	l.importImage(img)
 
 	v := newConsoleVM(t, l, 768, 2)
+
+	// First, no rackd in the BMC's way: powered on by hand, the unknown VM
+	// enlists, and ipmitool's own SOL client, independent of rackd, shows
+	// the enlistment environment as the VM prints it. (It detaches before
+	// the VM powers off: ipmi_sim does not give a later session the serial
+	// port of the QEMU started by the next power-on when one was active
+	// across the power-off.)
+	ctx0, cancel0 := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel0()
+	if out, err := l.ipmitool(ctx0, v, v.sim.User, v.sim.Password, "chassis", "power", "on"); err != nil {
+		t.Fatalf("ipmitool chassis power on: %v\n%s", err, out)
+	}
+	sol := solClient(t, l, v)
+	deadline := time.Now().Add(bootTimeout)
+	for !strings.Contains(sol.out.String(), "rackd-enlist: ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("ipmitool sol activate showed no enlistment line within %v:\n%s", bootTimeout, sol.out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	sol.detach(t)
+	if line := firstEnlistLine(sol.out.String()); !strings.Contains(v.text(), line) {
+		t.Errorf("ipmitool showed %q, which the VM's serial log lacks", line)
+	}
+	v.waitPower(false) // it powers off once enlisted
+	var ms []api.Machine
+	l.call(http.StatusOK, "GET", "/api/v1/machines", nil, &ms)
 	var m api.Machine
-	l.call(http.StatusCreated, "POST", "/api/v1/machines", api.CreateMachine{Hostname: "vm1", MACs: []string{v.mac},
-		Power: &api.PowerParams{Driver: "ipmi", Address: v.sim.Addr, Username: v.sim.User, Password: v.sim.Password}}, &m)
+	for _, x := range ms {
+		if len(x.MACs) > 0 && x.MACs[0] == v.mac {
+			m = x
+		}
+	}
+	if m.ID == "" {
+		t.Fatalf("the VM did not enlist: %+v", ms)
+	}
+	l.call(http.StatusOK, "PATCH", "/api/v1/machines/"+m.ID, map[string]any{"hostname": "vm1",
+		"power": map[string]any{"driver": "ipmi", "address": v.sim.Addr, "username": v.sim.User, "password": v.sim.Password}}, &m)
 	l.cli("machines", "commission", "vm1")
 
 	// rackd console, read-only, while the recorder holds the BMC's SOL:
@@ -141,6 +178,61 @@ func TestE2EConsole(t *testing.T) {
 		t.Errorf("the event's console tail ends with %q, which the VM's serial log lacks", lastFullLine(e.Console))
 	}
 	t.Logf("the failure event's console tail ends:\n%s", tail(e.Console, 5))
+}
+
+// firstEnlistLine is the first whole line of s that holds "rackd-enlist: ".
+func firstEnlistLine(s string) string {
+	for line := range strings.SplitSeq(strings.ReplaceAll(s, "\r", ""), "\n") {
+		if i := strings.Index(line, "rackd-enlist: "); i >= 0 {
+			return strings.TrimSpace(line[i:])
+		}
+	}
+	return ""
+}
+
+// solSession is an ipmitool sol activate running against the VM's BMC.
+type solSession struct {
+	out  netnstest.Buffer
+	in   io.WriteCloser
+	done chan error
+}
+
+// solClient starts ipmitool's SOL client inside the lab's namespace, where
+// the BMC listens (its escape key ~. ends it).
+func solClient(t *testing.T, l *lab, v *bmcVM) *solSession {
+	t.Helper()
+	s := &solSession{done: make(chan error, 1)}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	tool := exec.CommandContext(ctx, netnstest.Tool(t, "ipmitool"), "-I", "lanplus", "-C", "3", "-H", v.sim.Host,
+		"-p", strconv.Itoa(v.sim.Port), "-U", v.sim.User, "-E", "sol", "activate")
+	tool.Env = append(tool.Environ(), "IPMI_PASSWORD="+v.sim.Password)
+	tool.Stdout, tool.Stderr = &s.out, &s.out
+	var err error
+	if s.in, err = tool.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	// Started from a thread inside the namespace, it lives there.
+	if err := l.ns.Do(tool.Start); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.done <- tool.Wait() }()
+	return s
+}
+
+// detach types ipmitool's escape (~. after a newline) and waits for it to
+// end.
+func (s *solSession) detach(t *testing.T) {
+	t.Helper()
+	io.WriteString(s.in, "\r~.")
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("ipmitool sol activate: %v\n%s", err, s.out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("ipmitool sol activate did not end on ~.:\n%s", s.out.String())
+	}
 }
 
 // tail is the last n lines of s.
