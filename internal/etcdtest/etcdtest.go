@@ -212,7 +212,9 @@ func (c *Cluster) launch(m *Member, initial, state string) error {
 	cmd := exec.Command(c.bin, args...)
 	out := &netnstest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a test binary that panics runs no cleanup (a TestMain's
+	// deferred Close included); the member must not outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("etcdtest: start %s: %w", m.Name, err)
 	}
