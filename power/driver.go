@@ -152,6 +152,20 @@ var (
 	ErrUnsupported = errors.New("not supported by this driver")
 )
 
+// KindError is an error of one of those kinds (errors.Is finds Kind) whose
+// text says it in the driver's own words, without the kind's generic text.
+type KindError struct {
+	Kind error
+	Msg  string
+}
+
+func (e *KindError) Error() string { return e.Msg }
+func (e *KindError) Unwrap() error { return e.Kind }
+
+// AuthFailed opens the text of every refused login, whatever the driver:
+// what an operator sees in the request's error and the machine's events.
+const AuthFailed = "authentication failed (wrong user or password: check the machine's power credentials)"
+
 // ErrorKind names the kind of err for metrics: timeout, auth, unreachable,
 // bmc, unsupported or other.
 func ErrorKind(err error) string {

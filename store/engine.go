@@ -53,10 +53,9 @@ func OpenEngine(e Engine, name string, opts Options) (*Store, error) {
 	if have != SchemaVersion {
 		return nil, fmt.Errorf("%s has schema %d, this rackd has %d: migrate it offline (rackd store migrate) with the rackd that matches", name, have, SchemaVersion)
 	}
-	s := newStore(e, nil, name, opts)
 	// The write queue keeps its usual depth: one operation per
 	// transaction is no reason to hold fewer waiting.
-	s.ops = make(chan *op, 1000)
+	s := newStore(e, nil, name, opts, 1000)
 	if err := s.openKeys(); err != nil {
 		return nil, fmt.Errorf("the BMC secrets' keyring of %s: %w", name, err)
 	}

@@ -349,7 +349,7 @@ func Open(path string, opts Options) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
-	s := newStore(boltEngine{db}, db, path, opts)
+	s := newStore(boltEngine{db}, db, path, opts, opts.MaxBatch)
 	if err := guard(s.openKeys); err != nil {
 		db.Close()
 		if errors.Is(err, errCorrupt) {
@@ -398,9 +398,9 @@ func (o *Options) defaults() {
 	}
 }
 
-// newStore is a store on engine e (db: the same as a bbolt file, or nil),
-// its committer not started.
-func newStore(e Engine, db *bolt.DB, path string, opts Options) *Store {
+// newStore is a store on engine e (db: the same as a bbolt file, or nil)
+// whose write queue holds queue operations, its committer not started.
+func newStore(e Engine, db *bolt.DB, path string, opts Options, queue int) *Store {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
@@ -410,7 +410,7 @@ func newStore(e Engine, db *bolt.DB, path string, opts Options) *Store {
 		credKey = newCredentialKey()
 	}
 	return &Store{kv: e, db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey, tokens: newTokenState(),
-		ops: make(chan *op, opts.MaxBatch), stop: make(chan struct{}), stopped: make(chan struct{}),
+		ops: make(chan *op, queue), stop: make(chan struct{}), stopped: make(chan struct{}),
 		urgent: make(chan struct{}, 1)}
 }
 

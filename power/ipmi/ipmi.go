@@ -419,8 +419,8 @@ func (d *Driver) run(ctx, parent context.Context, b *bmc, t power.Target, fn fun
 	at, ok := d.refused[ref]
 	d.mu.Unlock()
 	if ok && time.Since(at) < d.opts.AuthRetryAfter {
-		return &kindError{kind: power.ErrAuth, msg: fmt.Sprintf("%s: the BMC refused this user name and password %v ago; not asking again for %v (each refused login holds a BMC session slot)",
-			authFailed, time.Since(at).Round(time.Millisecond), d.opts.AuthRetryAfter)}
+		return &power.KindError{Kind: power.ErrAuth, Msg: fmt.Sprintf("%s: the BMC refused this user name and password %v ago; not asking again for %v (each refused login holds a BMC session slot)",
+			power.AuthFailed, time.Since(at).Round(time.Millisecond), d.opts.AuthRetryAfter)}
 	}
 	b.lastUsed = time.Now()
 	connect := func() error {
@@ -558,20 +558,6 @@ func isAuth(err error) bool {
 	return false
 }
 
-// authFailed opens the text of every refused login: what an operator sees
-// in the request's error and the machine's events.
-const authFailed = "authentication failed (wrong user or password: check the machine's power credentials)"
-
-// kindError is an error of one power error kind (errors.Is finds the kind)
-// whose text says it in its own words, without the kind's generic text.
-type kindError struct {
-	kind error
-	msg  string
-}
-
-func (e *kindError) Error() string { return e.msg }
-func (e *kindError) Unwrap() error { return e.kind }
-
 // flatError is an error whose text is made one line (go-ipmi joins its
 // errors with newlines, which an error in an event or a log line must not
 // carry); it still unwraps to the original.
@@ -592,7 +578,7 @@ func classify(err error) error {
 	detail := oneLine(err)
 	switch {
 	case isAuth(err):
-		return &kindError{kind: power.ErrAuth, msg: authFailed + ": " + detail}
+		return &power.KindError{Kind: power.ErrAuth, Msg: power.AuthFailed + ": " + detail}
 	case isUnreachable(err):
 		return fmt.Errorf("%w: %s", power.ErrUnreachable, detail)
 	case isTimeout(err):

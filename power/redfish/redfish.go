@@ -437,8 +437,8 @@ func (d *Driver) do1(parent context.Context, t power.Target, fn func(c *call) er
 	at, refused := d.refused[ref]
 	d.mu.Unlock()
 	if refused && time.Since(at) < d.opts.AuthRetryAfter {
-		return &kindError{kind: power.ErrAuth, msg: fmt.Sprintf("%s: the BMC refused this user name and password %v ago; not asking again for %v (BMCs lock accounts out after a few refused logins)",
-			authFailed, time.Since(at).Round(time.Millisecond), d.opts.AuthRetryAfter)}
+		return &power.KindError{Kind: power.ErrAuth, Msg: fmt.Sprintf("%s: the BMC refused this user name and password %v ago; not asking again for %v (BMCs lock accounts out after a few refused logins)",
+			power.AuthFailed, time.Since(at).Round(time.Millisecond), d.opts.AuthRetryAfter)}
 	}
 	if err := d.prepare(b, t); err != nil {
 		return err
@@ -925,18 +925,6 @@ func (d *Driver) SetNextBoot(ctx context.Context, t power.Target, dev power.Boot
 
 // ---- errors ----
 
-const authFailed = "authentication failed (wrong user or password: check the machine's power credentials)"
-
-// kindError is an error of one power error kind whose text says it in its
-// own words.
-type kindError struct {
-	kind error
-	msg  string
-}
-
-func (e *kindError) Error() string { return e.msg }
-func (e *kindError) Unwrap() error { return e.kind }
-
 // classify wraps err in the power error kind the queue and metrics use.
 func classify(err error) error {
 	var ce *certError
@@ -944,7 +932,7 @@ func classify(err error) error {
 	case errors.As(err, &ce):
 		return err
 	case errors.Is(err, errRefusedLogin):
-		return &kindError{kind: power.ErrAuth, msg: authFailed + ": " + strings.TrimPrefix(err.Error(), errRefusedLogin.Error()+": ")}
+		return &power.KindError{Kind: power.ErrAuth, Msg: power.AuthFailed + ": " + strings.TrimPrefix(err.Error(), errRefusedLogin.Error()+": ")}
 	case errors.Is(err, power.ErrAuth), errors.Is(err, power.ErrBMC), errors.Is(err, power.ErrUnsupported),
 		errors.Is(err, power.ErrTimeout), errors.Is(err, power.ErrUnreachable):
 		return err

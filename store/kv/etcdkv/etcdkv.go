@@ -28,6 +28,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -240,7 +241,7 @@ func (t *tx) walk(bucket string) []pair {
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 	for k, w := range t.writes {
-		if len(k) < len(start) || k[:len(start)] != start {
+		if !strings.HasPrefix(k, start) {
 			continue
 		}
 		if w == nil {
@@ -297,8 +298,8 @@ func (t *tx) commit() (bool, error) {
 		} else {
 			ops = append(ops, clientv3.OpPut(k, string(*w)))
 		}
-		if len(k) > len(bprefix) && k[:len(bprefix)] == bprefix {
-			bucket, _, _ := cutByte(k[len(bprefix):], '/')
+		if strings.HasPrefix(k, bprefix) {
+			bucket, _, _ := strings.Cut(k[len(bprefix):], "/")
 			touched[bucket] = true
 		}
 	}
@@ -324,15 +325,6 @@ func present(v []byte) []byte {
 		return []byte{}
 	}
 	return v
-}
-
-func cutByte(s string, c byte) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 // kv.Tx
