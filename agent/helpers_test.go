@@ -147,6 +147,17 @@ func wantError(t *testing.T, status int, raw []byte, wantStatus int, wantCode st
 }
 
 // addMachine creates a machine as admin and fails the test on refusal.
+// requestPower asks, as the admin, for a power action on machine and
+// returns the accepted request's id.
+func (ta *testAgent) requestPower(t *testing.T, machine, action string) string {
+	t.Helper()
+	var r api.PowerRequest
+	if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/"+machine+"/power", api.PowerAction{Action: action}, &r); status != http.StatusAccepted {
+		t.Fatalf("%s %s: %d %s", machine, action, status, raw)
+	}
+	return r.ID
+}
+
 func (ta *testAgent) addMachine(t *testing.T, m api.CreateMachine) api.Machine {
 	t.Helper()
 	var out api.Machine

@@ -44,14 +44,7 @@ func TestPowerRealBMC(t *testing.T) {
 	add("c", "52:54:00:00:01:03", "READY", simC, simC.Password)
 	add("bad", "52:54:00:00:01:04", "READY", simA, "wrong-"+simA.Password)
 
-	request := func(machine, action string) string {
-		t.Helper()
-		var r api.PowerRequest
-		if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/"+machine+"/power", api.PowerAction{Action: action}, &r); status != http.StatusAccepted {
-			t.Fatalf("%s %s: %d %s", machine, action, status, raw)
-		}
-		return r.ID
-	}
+	request := func(machine, action string) string { return ta.requestPower(t, machine, action) }
 	ipmitoolStatus := func(sim *ipmisim.Sim) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

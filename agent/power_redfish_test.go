@@ -40,14 +40,7 @@ func TestPowerRedfish(t *testing.T) {
 	add("c", "52:54:00:00:03:03", "READY", simC, simC.Password)
 	add("bad", "52:54:00:00:03:04", "READY", simC, "wrong-"+simC.Password)
 
-	request := func(machine, action string) string {
-		t.Helper()
-		var r api.PowerRequest
-		if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/"+machine+"/power", api.PowerAction{Action: action}, &r); status != http.StatusAccepted {
-			t.Fatalf("%s %s: %d %s", machine, action, status, raw)
-		}
-		return r.ID
-	}
+	request := func(machine, action string) string { return ta.requestPower(t, machine, action) }
 	machine := func(name string) api.Machine {
 		t.Helper()
 		var m api.Machine
@@ -178,11 +171,7 @@ func TestPowerRedfishGracefulOff(t *testing.T) {
 			})
 			ta.addMachine(t, api.CreateMachine{Hostname: "g", MACs: []string{"52:54:00:00:03:21"}, State: "DEPLOYED",
 				Power: &api.PowerParams{Driver: "redfish", Address: sim.URL, Username: sim.User, Password: sim.Password}})
-			var r api.PowerRequest
-			if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/g/power", api.PowerAction{Action: "off"}, &r); status != http.StatusAccepted {
-				t.Fatalf("off: %d %s", status, raw)
-			}
-			if r = waitPowerLong(t, ta, r.ID); r.State != "done" {
+			if r := waitPowerLong(t, ta, ta.requestPower(t, "g", "off")); r.State != "done" {
 				t.Fatalf("off: %+v", r)
 			}
 			if got := sim.Stats().Resets; len(got) != 1 || got[0] != tc.want {
