@@ -1,0 +1,100 @@
+package etcdmember
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Add adds m to the cluster cli talks to and returns the initial cluster
+// m must start with (every member's name and peer URL, m's included). A
+// member of the same name or peer URL already there is refused: remove it
+// first (Remove), as when a dead appliance is replaced.
+func Add(ctx context.Context, cli *clientv3.Client, m Member) (map[string]string, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	list, err := cli.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("etcdmember: list members: %w", err)
+	}
+	for _, o := range list.Members {
+		if o.Name == m.Name {
+			return nil, fmt.Errorf("etcdmember: the cluster has a member named %s already (rackd cluster remove %s first, if it is dead)", m.Name, m.Name)
+		}
+		for _, u := range o.PeerURLs {
+			if u == m.PeerURL {
+				return nil, fmt.Errorf("etcdmember: member %q already has the peer URL %s", memberName(o.Name, o.ID), u)
+			}
+		}
+	}
+	// etcd refuses a member while its leader has not been in touch with
+	// every member for a moment (strict reconfiguration checks): right
+	// after another join, that is. Tried again until ctx ends.
+	var resp *clientv3.MemberAddResponse
+	for {
+		resp, err = cli.MemberAdd(ctx, []string{m.PeerURL})
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "unhealthy cluster") {
+			return nil, fmt.Errorf("etcdmember: add member %s (%s): %w", m.Name, m.PeerURL, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("etcdmember: add member %s (%s): %w (until %w)", m.Name, m.PeerURL, err, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	initial := map[string]string{}
+	for _, o := range resp.Members {
+		if o.ID == resp.Member.ID {
+			initial[m.Name] = m.PeerURL
+			continue
+		}
+		if o.Name == "" || len(o.PeerURLs) == 0 {
+			// Added and never started: the new member could not
+			// start with it in its initial cluster, and neither
+			// could that one now.
+			return nil, fmt.Errorf("etcdmember: member %x (%s) was added but never started: start it or remove it first",
+				o.ID, strings.Join(o.PeerURLs, ","))
+		}
+		initial[o.Name] = o.PeerURLs[0]
+	}
+	return initial, nil
+}
+
+// Remove removes the member named name from the cluster.
+func Remove(ctx context.Context, cli *clientv3.Client, name string) error {
+	list, err := cli.MemberList(ctx)
+	if err != nil {
+		return fmt.Errorf("etcdmember: list members: %w", err)
+	}
+	var names []string
+	for _, o := range list.Members {
+		n := memberName(o.Name, o.ID)
+		if n == name {
+			if _, err := cli.MemberRemove(ctx, o.ID); err != nil {
+				return fmt.Errorf("etcdmember: remove member %s: %w", name, err)
+			}
+			return nil
+		}
+		names = append(names, n)
+	}
+	return fmt.Errorf("etcdmember: %w: no member named %s (members: %s)", ErrNoMember, name, strings.Join(names, ", "))
+}
+
+// ErrNoMember is returned (wrapped) by Remove for an unknown name.
+var ErrNoMember = fmt.Errorf("no such member")
+
+// memberName is a member's name, or its hex id while it has none (added,
+// not started yet).
+func memberName(name string, id uint64) string {
+	if name != "" {
+		return name
+	}
+	return fmt.Sprintf("%x", id)
+}
