@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+
+	"rackd/store/kv"
 )
 
 // Code names a domain refusal. The strings are the API's error codes.
@@ -58,3 +60,8 @@ var ErrClosed = errors.New("store: closed")
 
 // ErrReadOnly is returned by writes to a store opened with Options.ReadOnly.
 var ErrReadOnly = errors.New("store: opened read-only")
+
+// ErrFenced is returned by a write made with a kv.WithFence ctx whose
+// fence no longer held at its commit: the leadership it relied on was
+// lost, and nothing of it was written.
+var ErrFenced = kv.ErrFenced

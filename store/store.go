@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -900,11 +901,19 @@ func (s *Store) commit(batch []*op) {
 			(*fn)()
 		}
 	}()
+	if len(batch) > 1 && s.db == nil && slices.ContainsFunc(batch, fenced) {
+		// Each fence is its own operation's condition: a shared commit
+		// could carry only one of them.
+		for _, o := range batch {
+			s.commit1(o)
+		}
+		return
+	}
 	start := time.Now()
 	results := make([]error, len(batch))
 	wrote := false
 	var after []func()
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommitTimeout)
+	ctx, cancel := s.commitContext(batch[0])
 	defer cancel()
 	err := s.kv.Update(ctx, func(tx kv.Tx) error {
 		// An engine may run this function again (a conflict): start over.
@@ -976,7 +985,7 @@ func (s *Store) commit1(o *op) {
 	var result error
 	var t *Tx
 	now := s.now().UTC()
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommitTimeout)
+	ctx, cancel := s.commitContext(o)
 	defer cancel()
 	err := s.kv.Update(ctx, func(tx kv.Tx) error {
 		t = s.newTx(tx, now) // afresh if the engine runs this again
@@ -994,6 +1003,21 @@ func (s *Store) commit1(o *op) {
 		runAll(t.after)
 	}
 	o.answer(result)
+}
+
+// commitContext is the context of the engine's transaction for o: o's own
+// values (its fence, kv.WithFence), so that the engine checks what the
+// operation relies on in the same commit, but not its cancellation (once
+// the operation runs its outcome is reported whatever its caller does),
+// and bounded by CommitTimeout.
+func (s *Store) commitContext(o *op) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(o.ctx), s.opts.CommitTimeout)
+}
+
+// fenced reports whether o's writes are conditional on a fence.
+func fenced(o *op) bool {
+	_, ok := kv.FenceFrom(o.ctx)
+	return ok
 }
 
 // newTx is one operation's view of the engine's transaction tx.

@@ -15,6 +15,10 @@
 // Layout under the prefix: b/NAME/KEY the records, B/NAME a bucket's
 // existence, S/NAME its sequence, V/NAME its version.
 //
+// A transaction whose ctx carries a kv.Fence also compares the fence key's
+// creation revision; a commit refused because the fence no longer holds
+// returns an error wrapping kv.ErrFenced and is not run again.
+//
 // A transaction that would send more operations than the cluster's
 // per-transaction limit (etcd's --max-txn-ops, 128 by default) is refused
 // with ErrTooLarge before anything is sent.
@@ -308,12 +312,32 @@ func (t *tx) commit() (bool, error) {
 	for b := range touched {
 		ops = append(ops, clientv3.OpPut(t.meta("V", b), ""))
 	}
+	// A fenced write commits only while its leader's key is the one it
+	// won; when the commit fails, the Else branch says whether the fence
+	// is why (rerunning would fail the same way) or a conflict.
+	fence, fenced := kv.FenceFrom(t.ctx)
+	var orElse []clientv3.Op
+	if fenced {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(fence.Key), "=", fence.CreateRevision))
+		orElse = append(orElse, clientv3.OpGet(fence.Key, clientv3.WithKeysOnly()))
+	}
 	if n := len(cmps) + len(ops); n > t.db.maxTxnOps {
 		return false, fmt.Errorf("%w: %d comparisons and writes, the limit is %d", ErrTooLarge, n, t.db.maxTxnOps)
 	}
-	resp, err := t.db.cli.Txn(t.ctx).If(cmps...).Then(ops...).Commit()
+	resp, err := t.db.cli.Txn(t.ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
 	if err != nil {
 		return false, fmt.Errorf("etcdkv: commit: %w", err)
+	}
+	if !resp.Succeeded && fenced {
+		var now int64 // 0: the key is gone
+		if len(resp.Responses) == 1 {
+			if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				now = kvs[0].CreateRevision
+			}
+		}
+		if now != fence.CreateRevision {
+			return false, fmt.Errorf("%w: fence %q was created at revision %d, now %d (0: gone)", kv.ErrFenced, fence.Key, fence.CreateRevision, now)
+		}
 	}
 	return resp.Succeeded, nil
 }

@@ -224,3 +224,77 @@ func TestPaging(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFence: a fenced write commits while its fence key is the one it
+// names, and is refused with kv.ErrFenced, run once and writing nothing,
+// once the key is gone or made again.
+func TestFence(t *testing.T) {
+	cli := cluster(t)
+	ctx := t.Context()
+	db := etcdkv.New(cli, etcdkv.Options{Prefix: "/fence/"})
+	const leader = "/election/leader"
+	put, err := cli.Put(ctx, leader, "agent-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := kv.Fence{Key: leader, CreateRevision: put.Header.Revision}
+	write := func(ctx context.Context, v string) (runs int, err error) {
+		err = db.Update(ctx, func(tx kv.Tx) error {
+			runs++
+			b, err := tx.CreateBucketIfNotExists([]byte("b"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte("k"), []byte(v))
+		})
+		return runs, err
+	}
+	read := func() string {
+		var v string
+		if err := db.View(ctx, func(tx kv.Tx) error {
+			if b := tx.Bucket([]byte("b")); b != nil {
+				v = string(b.Get([]byte("k")))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if _, err := write(kv.WithFence(ctx, f), "held"); err != nil {
+		t.Fatalf("fenced write while the fence holds: %v", err)
+	}
+	if got := read(); got != "held" {
+		t.Fatalf("after the fenced write, k = %q, want held", got)
+	}
+	// The key rewritten by its holder keeps its creation revision.
+	if _, err := cli.Put(ctx, leader, "agent-a again"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := write(kv.WithFence(ctx, f), "still held"); err != nil {
+		t.Fatalf("fenced write after the holder rewrote its key: %v", err)
+	}
+	if _, err := cli.Delete(ctx, leader); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := write(kv.WithFence(ctx, f), "gone")
+	if !errors.Is(err, kv.ErrFenced) {
+		t.Fatalf("fenced write after the key was deleted: %v, want ErrFenced", err)
+	}
+	if runs != 1 {
+		t.Errorf("a fenced write refused by its fence ran %d times, want 1 (no rerun)", runs)
+	}
+	if _, err := cli.Put(ctx, leader, "agent-b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := write(kv.WithFence(ctx, f), "recreated"); !errors.Is(err, kv.ErrFenced) {
+		t.Fatalf("fenced write after the key was made again by another: %v, want ErrFenced", err)
+	}
+	if got := read(); got != "still held" {
+		t.Errorf("refused fenced writes left k = %q, want %q", got, "still held")
+	}
+	// Without a fence the same write goes through.
+	if _, err := write(ctx, "unfenced"); err != nil {
+		t.Fatal(err)
+	}
+}
