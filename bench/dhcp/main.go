@@ -53,6 +53,7 @@ import (
 	"time"
 
 	"rackd/bench/internal/benchns"
+	"rackd/bench/internal/perfdhcp"
 )
 
 func main() {
@@ -90,7 +91,7 @@ func (b *bench) newRep(name string) {
 // trial is one perfdhcp run against a freshly started server.
 type trial struct {
 	rate   int // asked of perfdhcp
-	rep    report
+	rep    perfdhcp.Report
 	dora   float64 // DORAs completed per second of the period
 	cpuUs  float64 // server CPU µs per completed DORA; NaN without DORAs
 	leases int     // leases in the server's durable store after the run; -1 unknown
@@ -106,7 +107,7 @@ type trial struct {
 	syscalls, switches int64
 }
 
-func (t trial) ok() bool { return t.rep.do.sent > 0 }
+func (t trial) ok() bool { return t.rep.DO.Sent > 0 }
 
 // stats collects a server's figures, one per repetition.
 type stats struct {
@@ -227,7 +228,7 @@ func run() error {
 	defer benchns.StopAll() // before the namespaces go (defers run last first)
 	fmt.Printf("namespaces %s (%s %s%s) <-> %s (%s %s%s), veth, no default route\n",
 		t.Srv, t.SrvIf, benchns.ServerIP, benchns.IfPrefix, t.Cli, t.CliIf, benchns.ClientIP, benchns.IfPrefix)
-	fmt.Printf("perfdhcp %s\n", strings.Join(perfdhcpArgs(0, *period), " "))
+	fmt.Printf("perfdhcp %s\n", strings.Join(perfdhcp.Args(0, *period), " "))
 	if *steps > 0 {
 		fmt.Printf("search, the same for every server: from %d/s, ×%g until a run passes and one fails, then bisection until within ×%g, at most %d runs\n",
 			*start, *factor, *res, *steps)
@@ -446,8 +447,8 @@ func (b *bench) search(ctx context.Context, tag string, s server) (trial, error)
 		if err != nil {
 			return best, err
 		}
-		lossOK := t.rep.lossPct() < b.loss
-		sentOK := float64(t.rep.do.sent) >= 0.95*float64(r*b.period)
+		lossOK := t.rep.LossPct() < b.loss
+		sentOK := float64(t.rep.DO.Sent) >= 0.95*float64(r*b.period)
 		pass := lossOK && sentOK
 		verdict := "pass"
 		switch {
@@ -460,7 +461,7 @@ func (b *bench) search(ctx context.Context, tag string, s server) (trial, error)
 		if lossOK && t.dora > best.dora {
 			best = t
 		}
-		if t.rep.do.received == 0 {
+		if t.rep.DO.Received == 0 {
 			return best, fmt.Errorf("not answering (no OFFER at %d/s)", r)
 		}
 		if !l.record(pass) {
@@ -474,7 +475,7 @@ func lossOf(t trial) float64 {
 	if !t.ok() {
 		return math.NaN()
 	}
-	return t.rep.lossPct()
+	return t.rep.LossPct()
 }
 
 // uptime is what uptime(1) says: the load averages of the machine.
@@ -537,7 +538,7 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 		}
 	}
 	t0 := time.Now()
-	rep, err := runPerfdhcp(ctx, b.t.Cli, rate, b.period)
+	rep, err := perfdhcp.Run(ctx, b.t.Cli, rate, b.period)
 	var sysc, csw int64 = -1, -1
 	if ps != nil {
 		var perr error
@@ -563,15 +564,15 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 		return trial{}, err
 	}
 	if b.verbose {
-		fmt.Print(rep.raw)
+		fmt.Print(rep.Raw)
 	}
-	t := trial{rate: rate, rep: rep, dora: float64(rep.acks()) / float64(b.period), cpuUs: math.NaN(), leases: -1,
+	t := trial{rate: rate, rep: rep, dora: float64(rep.Acks()) / float64(b.period), cpuUs: math.NaN(), leases: -1,
 		cliDrops: rb1 - rb0, syscalls: sysc, switches: csw}
-	if rep.acks() > 0 {
-		t.cpuUs = float64(c1-c0) * 1e6 / benchns.UserHZ / float64(rep.acks())
+	if rep.Acks() > 0 {
+		t.cpuUs = float64(c1-c0) * 1e6 / benchns.UserHZ / float64(rep.Acks())
 	}
 	t.srvCores = float64(c1-c0) / benchns.UserHZ / wall
-	t.genCores = rep.cpu.Seconds() / wall
+	t.genCores = rep.CPU.Seconds() / wall
 	t.otherCores = max(0, float64(m1-m0)/benchns.UserHZ/wall-t.srvCores-t.genCores)
 	b.others[s.name()] = append(b.others[s.name()], t.otherCores)
 	if per := b.runsPerRep[s.name()]; len(per) > 0 {
@@ -593,15 +594,15 @@ func (b *bench) trial(ctx context.Context, s server, rate int, count bool) (tria
 
 func (t trial) line(period int) string {
 	s := fmt.Sprintf("%d DORAs in %ds = %.0f/s, lost %.2f%% (answered: DO %d/%d, RA %d/%d; dropped at perfdhcp's full socket %d), avg DO %.2f RA %.2f ms, CPU %.1f µs/DORA; cores: server %.2f, perfdhcp %.2f, others %.2f",
-		t.rep.acks(), period, t.dora, t.rep.lossPct(), t.rep.do.received, t.rep.do.sent,
-		t.rep.ra.received, t.rep.ra.sent, t.cliDrops, t.rep.do.avg, t.rep.ra.avg, t.cpuUs,
+		t.rep.Acks(), period, t.dora, t.rep.LossPct(), t.rep.DO.Received, t.rep.DO.Sent,
+		t.rep.RA.Received, t.rep.RA.Sent, t.cliDrops, t.rep.DO.Avg, t.rep.RA.Avg, t.cpuUs,
 		t.srvCores, t.genCores, t.otherCores)
 	if t.leases >= 0 {
 		s += fmt.Sprintf(", %d leases stored", t.leases)
 	}
-	if t.syscalls >= 0 && t.rep.acks() > 0 {
+	if t.syscalls >= 0 && t.rep.Acks() > 0 {
 		s += fmt.Sprintf("; per DORA: %.2f system calls, %.2f context switches",
-			float64(t.syscalls)/float64(t.rep.acks()), float64(t.switches)/float64(t.rep.acks()))
+			float64(t.syscalls)/float64(t.rep.Acks()), float64(t.switches)/float64(t.rep.Acks()))
 	}
 	return s
 }
@@ -630,10 +631,10 @@ func latency(ts []trial) string {
 		return "no runs"
 	}
 	return fmt.Sprintf("DISCOVER-OFFER %s/%s/%s/%s  REQUEST-ACK %s/%s/%s/%s  (-r %s)",
-		fig(func(t trial) float64 { return t.rep.do.min }), fig(func(t trial) float64 { return t.rep.do.avg }),
-		fig(func(t trial) float64 { return t.rep.do.max }), fig(func(t trial) float64 { return t.rep.do.std }),
-		fig(func(t trial) float64 { return t.rep.ra.min }), fig(func(t trial) float64 { return t.rep.ra.avg }),
-		fig(func(t trial) float64 { return t.rep.ra.max }), fig(func(t trial) float64 { return t.rep.ra.std }),
+		fig(func(t trial) float64 { return t.rep.DO.Min }), fig(func(t trial) float64 { return t.rep.DO.Avg }),
+		fig(func(t trial) float64 { return t.rep.DO.Max }), fig(func(t trial) float64 { return t.rep.DO.Std }),
+		fig(func(t trial) float64 { return t.rep.RA.Min }), fig(func(t trial) float64 { return t.rep.RA.Avg }),
+		fig(func(t trial) float64 { return t.rep.RA.Max }), fig(func(t trial) float64 { return t.rep.RA.Std }),
 		strings.Join(rates, ","))
 }
 

@@ -1,4 +1,7 @@
-package main
+// Package perfdhcp runs Kea's perfdhcp in a client network namespace
+// (benchns's topology) and reads its statistics: the one DHCP load
+// generator every DHCP benchmark drives its servers with.
+package perfdhcp
 
 import (
 	"bufio"
@@ -15,50 +18,50 @@ import (
 	"rackd/bench/internal/benchns"
 )
 
-// exchange is perfdhcp's statistics for one exchange (DISCOVER-OFFER or
+// Exchange is perfdhcp's statistics for one exchange (DISCOVER-OFFER or
 // REQUEST-ACK). Delays are in milliseconds, NaN when perfdhcp had none.
-type exchange struct {
-	sent, received, drops int
-	min, avg, max, std    float64
+type Exchange struct {
+	Sent, Received, Drops int
+	Min, Avg, Max, Std    float64
 }
 
-// report is what one perfdhcp run printed.
-type report struct {
-	rate     float64 // perfdhcp's "Rate:" (it counts its exit wait too)
-	do, ra   exchange
-	raw      string
-	exitCode int
-	cpu      time.Duration // perfdhcp's own CPU time (user+system)
+// Report is what one perfdhcp run printed.
+type Report struct {
+	Rate     float64 // perfdhcp's "Rate:" (it counts its exit wait too)
+	DO, RA   Exchange
+	Raw      string
+	ExitCode int
+	CPU      time.Duration // perfdhcp's own CPU time (user+system)
 }
 
 // acks is the number of completed DORAs.
-func (r report) acks() int { return r.ra.received }
+func (r Report) Acks() int { return r.RA.Received }
 
 // lossPct is the share of DORAs started (DISCOVERs sent) that did not
 // complete (no ACK), in percent: drops of both exchanges together.
-func (r report) lossPct() float64 {
-	if r.do.sent == 0 {
+func (r Report) LossPct() float64 {
+	if r.DO.Sent == 0 {
 		return 100
 	}
-	return 100 * float64(r.do.sent-r.ra.received) / float64(r.do.sent)
+	return 100 * float64(r.DO.Sent-r.RA.Received) / float64(r.DO.Sent)
 }
 
-// perfdhcpArgs is the one command line every server gets: 4-way DORA,
+// Args is the one command line every server gets: 4-way DORA,
 // relayed (a unicast server address makes perfdhcp a relay with giaddr =
 // the -l address), up to 60,000 distinct clients, period seconds, 1 s
 // exit wait for late answers.
-func perfdhcpArgs(rate, period int) []string {
+func Args(rate, period int) []string {
 	return []string{"-4", "-l", benchns.ClientIP, "-r", strconv.Itoa(rate), "-R", "60000",
 		"-p", strconv.Itoa(period), "-W", "1000000", benchns.ServerIP}
 }
 
-// runPerfdhcp runs perfdhcp in the client namespace, bounded by the period
+// Run runs perfdhcp in the client namespace, bounded by the period
 // plus a margin, and parses its output. perfdhcp exits 3 when packets were
 // dropped; that is a result, not an error.
-func runPerfdhcp(ctx context.Context, ns string, rate, period int) (report, error) {
+func Run(ctx context.Context, ns string, rate, period int) (Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(period)*time.Second+30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, "perfdhcp"}, perfdhcpArgs(rate, period)...)...)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, "perfdhcp"}, Args(rate, period)...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
@@ -72,12 +75,12 @@ func runPerfdhcp(ctx context.Context, ns string, rate, period int) (report, erro
 		}
 	}
 	if err != nil {
-		return report{raw: string(out)}, fmt.Errorf("perfdhcp -r %d: %v\n%s", rate, err, out)
+		return Report{Raw: string(out)}, fmt.Errorf("perfdhcp -r %d: %v\n%s", rate, err, out)
 	}
-	r, perr := parsePerfdhcp(string(out))
-	r.exitCode = code
+	r, perr := Parse(string(out))
+	r.ExitCode = code
 	if ps := cmd.ProcessState; ps != nil {
-		r.cpu = ps.UserTime() + ps.SystemTime()
+		r.CPU = ps.UserTime() + ps.SystemTime()
 	}
 	if perr != nil {
 		return r, fmt.Errorf("perfdhcp -r %d: %v\n%s", rate, perr, out)
@@ -85,15 +88,15 @@ func runPerfdhcp(ctx context.Context, ns string, rate, period int) (report, erro
 	return r, nil
 }
 
-// parsePerfdhcp reads perfdhcp's (Kea 2.2) statistics: the "Rate:" line and
+// Parse reads perfdhcp's (Kea 2.2) statistics: the "Rate:" line and
 // the "***Statistics for: DISCOVER-OFFER***" and "REQUEST-ACK" sections with
 // "key: value" lines. Values it could not measure read "n/a" or "inf".
-func parsePerfdhcp(out string) (report, error) {
-	r := report{raw: out}
+func Parse(out string) (Report, error) {
+	r := Report{Raw: out}
 	nan := math.NaN()
-	r.do = exchange{min: nan, avg: nan, max: nan, std: nan}
-	r.ra = r.do
-	var cur *exchange
+	r.DO = Exchange{Min: nan, Avg: nan, Max: nan, Std: nan}
+	r.RA = r.DO
+	var cur *Exchange
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
@@ -102,9 +105,9 @@ func parsePerfdhcp(out string) (report, error) {
 			name = strings.TrimSuffix(name, "***")
 			switch name {
 			case "DISCOVER-OFFER":
-				cur = &r.do
+				cur = &r.DO
 			case "REQUEST-ACK":
-				cur = &r.ra
+				cur = &r.RA
 			default:
 				cur = nil
 			}
@@ -127,7 +130,7 @@ func parsePerfdhcp(out string) (report, error) {
 			num = nan
 		}
 		if key == "Rate" {
-			r.rate = num
+			r.Rate = num
 			continue
 		}
 		if cur == nil {
@@ -139,19 +142,19 @@ func parsePerfdhcp(out string) (report, error) {
 		}
 		switch key {
 		case "sent packets":
-			cur.sent = count
+			cur.Sent = count
 		case "received packets":
-			cur.received = count
+			cur.Received = count
 		case "drops":
-			cur.drops = count
+			cur.Drops = count
 		case "min delay":
-			cur.min = num
+			cur.Min = num
 		case "avg delay":
-			cur.avg = num
+			cur.Avg = num
 		case "max delay":
-			cur.max = num
+			cur.Max = num
 		case "std deviation":
-			cur.std = num
+			cur.Std = num
 		}
 	}
 	if !seen["DISCOVER-OFFER"] || !seen["REQUEST-ACK"] {
