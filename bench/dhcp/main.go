@@ -440,9 +440,9 @@ func (b *bench) othersOf(name string, i int) []float64 {
 func (b *bench) search(ctx context.Context, tag string, s server) (trial, error) {
 	var best trial
 	b.newRep(s.name())
-	l := newLadder(b.start, b.minRate, b.maxRate, b.factor, b.res)
+	l := perfdhcp.NewLadder(b.start, b.minRate, b.maxRate, b.factor, b.res)
 	for range b.steps {
-		r := l.rate()
+		r := l.Rate()
 		t, err := b.trial(ctx, s, r, false)
 		if err != nil {
 			return best, err
@@ -464,7 +464,7 @@ func (b *bench) search(ctx context.Context, tag string, s server) (trial, error)
 		if t.rep.DO.Received == 0 {
 			return best, fmt.Errorf("not answering (no OFFER at %d/s)", r)
 		}
-		if !l.record(pass) {
+		if !l.Record(pass) {
 			break
 		}
 	}

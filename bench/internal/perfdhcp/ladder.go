@@ -1,15 +1,15 @@
-package main
+package perfdhcp
 
 import "math"
 
-// ladder is the rate search every server gets, the same steps for all: from
+// Ladder is the rate search every server gets, the same steps for all: from
 // start it doubles (halves) the rate while the runs pass (fail), until it
 // has a passing and a failing rate, then bisects geometrically between the
 // two until they are within a factor of res of each other. It is a pure
 // function of the verdicts, so two servers that pass and fail at the same
 // rates are asked the same rates, and the figure it yields has the same
 // resolution for every server.
-type ladder struct {
+type Ladder struct {
 	minRate, maxRate int
 	factor           float64 // coarse step (2: doubling)
 	res              float64 // stop when hi/lo <= res
@@ -17,17 +17,17 @@ type ladder struct {
 	cur              int
 }
 
-func newLadder(start, minRate, maxRate int, factor, res float64) *ladder {
-	return &ladder{minRate: minRate, maxRate: maxRate, factor: factor, res: res,
+func NewLadder(start, minRate, maxRate int, factor, res float64) *Ladder {
+	return &Ladder{minRate: minRate, maxRate: maxRate, factor: factor, res: res,
 		cur: max(minRate, min(maxRate, start))}
 }
 
-// rate is the rate to try next.
-func (l *ladder) rate() int { return l.cur }
+// Rate is the rate to try next.
+func (l *Ladder) Rate() int { return l.cur }
 
-// record takes the verdict of a run at rate() and reports whether the
-// search goes on (rate() is then the next rate to try).
-func (l *ladder) record(pass bool) bool {
+// Record takes the verdict of a run at Rate() and reports whether the
+// search goes on (Rate() is then the next rate to try).
+func (l *Ladder) Record(pass bool) bool {
 	r := l.cur
 	if pass {
 		l.lo = r

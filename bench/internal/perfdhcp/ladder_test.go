@@ -1,4 +1,4 @@
-package main
+package perfdhcp
 
 import (
 	"slices"
@@ -21,12 +21,12 @@ func TestLadder(t *testing.T) {
 		{"nothing passes", 0, []int{2000, 1000, 500, 250, 125, 63, 32, 25}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLadder(2000, 25, 16000, 2, 1.05)
+			l := NewLadder(2000, 25, 16000, 2, 1.05)
 			var got []int
 			for n := 0; n < 50; n++ {
-				r := l.rate()
+				r := l.Rate()
 				got = append(got, r)
-				if !l.record(r <= tc.limit) {
+				if !l.Record(r <= tc.limit) {
 					break
 				}
 			}
