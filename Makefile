@@ -170,6 +170,15 @@ bench-alloc:
 bench-dhcp: bench-deps
 	$(GO) run ./bench/dhcp $(BENCH_DHCP_FLAGS)
 
+## bench-etcd: DORA/s of one agent on a 3-member etcd vs on its database file,
+##   allocations/s through the API, and a DHCP failover between three agents
+##   (time, duplicates, leases lost) (root; network namespaces; etcd-server and
+##   perfdhcp installed when missing); flags through BENCH_ETCD_FLAGS
+.PHONY: bench-etcd
+bench-etcd: bench-deps build
+	@bash bench/etcd/deps.sh
+	$(GO) run ./bench/etcd -rackd bin/rackd $(BENCH_ETCD_FLAGS)
+
 ## bench-metadata: whoami requests/s and p99 of bin/rackd with 10k known machines, under wrk (loopback)
 ##   flags through BENCH_METADATA_FLAGS, e.g. make bench-metadata BENCH_METADATA_FLAGS='-reps 5'
 .PHONY: bench-metadata
@@ -209,14 +218,6 @@ bench-redfish:
 bench-ipmi:
 	@bash bench/ipmi/deps.sh
 	$(GO) run ./bench/ipmi $(BENCH_IPMI_FLAGS)
-
-## bench-redfish: status of 50 simulated Redfish BMCs (20 ms added per request) through
-##   rackd's redfish driver vs a redfishtool loop (installs redfishtool when missing)
-##   flags through BENCH_REDFISH_FLAGS, e.g. make bench-redfish BENCH_REDFISH_FLAGS='-reps 3'
-.PHONY: bench-redfish
-bench-redfish:
-	@bash bench/redfish/deps.sh
-	$(GO) run ./bench/redfish $(BENCH_REDFISH_FLAGS)
 
 ## bench-tftp: MB/s and server CPU per GB of rackd's TFTP vs tftpd-hpa, one client and a
 ##   50-client storm, curl (lock step) and atftp asking windowsize (root; network namespaces,

@@ -59,9 +59,15 @@ func Args(rate, period int) []string {
 // plus a margin, and parses its output. perfdhcp exits 3 when packets were
 // dropped; that is a result, not an error.
 func Run(ctx context.Context, ns string, rate, period int) (Report, error) {
+	return RunArgs(ctx, ns, Args(rate, period), rate, period)
+}
+
+// RunArgs is Run with another command line (args, for rate and period
+// seconds): a benchmark whose clients broadcast, for one.
+func RunArgs(ctx context.Context, ns string, args []string, rate, period int) (Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(period)*time.Second+30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, "perfdhcp"}, Args(rate, period)...)...)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, "perfdhcp"}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
