@@ -27,7 +27,7 @@ run: build
 
 ## test: install what the tests need (idempotent), build the enlistment
 ##   image the e2e tests boot if it is missing, then run everything
-test: test-deps fmt-check vet enlist-image debian-image unit
+test: test-deps fmt-check unit
 
 test-deps:
 	@bash scripts/test-deps.sh
@@ -39,11 +39,10 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-# -race needs cgo; the shipped binary does not. The Debian deploy tests and
-# the appliance image's tests run in go tests of their own beside the first
-# (scripts/test-unit.sh says why).
+# -race needs cgo; the shipped binary does not. go vet, the test images'
+# builds and the go test runs overlap (scripts/test-unit.sh says how).
 unit:
-	@GO=$(GO) bash scripts/test-unit.sh
+	@GO=$(GO) RACKD_TEST_IMAGES='$(MAKE) --no-print-directory enlist-image debian-image' bash scripts/test-unit.sh
 
 ## bootloaders: pxelinux, shim+grub (amd64, arm64), iPXE and GRUB's modules
 ##   (http for the signed GRUB) from Debian's packages as bootloader images in
