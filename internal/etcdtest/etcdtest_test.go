@@ -91,14 +91,25 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("the leader's fenced write: %v %v", fenced, err)
 	}
 
-	// One member dead: writes go on.
+	// One member dead: writes go on. A write caught in the election that
+	// follows a dead leader fails with etcd's "request timed out, possibly
+	// due to previous leader failure", which etcd's clients are to retry:
+	// each write gets 30 s to succeed.
 	c.Kill(0)
 	for i := range 20 {
-		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := cli.Put(wctx, fmt.Sprintf("/t/after-kill/%d", i), "x")
+		key := fmt.Sprintf("/t/after-kill/%d", i)
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		for {
+			_, err = cli.Put(wctx, key, "x")
+			if err == nil || wctx.Err() != nil {
+				break
+			}
+			t.Logf("put %d with one member dead, again: %v", i, err)
+			time.Sleep(200 * time.Millisecond)
+		}
 		wcancel()
 		if err != nil {
-			t.Fatalf("put %d with one member dead: %v", i, err)
+			t.Fatalf("put %d with one member dead, for 30s: %v", i, err)
 		}
 	}
 	// Two dead: no quorum, a write fails (within its deadline).
