@@ -1,8 +1,11 @@
 package store_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,5 +129,202 @@ func TestFencedWrites(t *testing.T) {
 	// The same operation without a fence is not refused.
 	if _, err := s.DHCPAck(bg, store.LeaseRequest{MAC: macC, Link: link, IP: addr("10.0.0.152")}); err != nil {
 		t.Fatalf("unfenced DHCPAck: %v", err)
+	}
+}
+
+// clusterRev is the cluster's revision now: every commit made before the
+// call is at or below it.
+func clusterRev(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(bg, "/", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// caughtUp waits (bounded) until s has applied every change made on the
+// cluster so far.
+func caughtUp(t *testing.T, cli *clientv3.Client, s *store.Store) {
+	t.Helper()
+	rev := clusterRev(t, cli)
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	if err := s.WaitRevision(ctx, rev); err != nil {
+		t.Fatalf("WaitRevision(%d): %v", rev, err)
+	}
+	if got := s.Revision(); got < rev {
+		t.Fatalf("after WaitRevision(%d), Revision() = %d", rev, got)
+	}
+}
+
+// TestAgentsFollowEachOther: two stores on one prefix, as two agents of a
+// cluster. What one commits reaches the other's in-memory state: its
+// subnets, its MAC index, the power requests and machine events it is told
+// of; a token revoked on one is refused by the other.
+func TestAgentsFollowEachOther(t *testing.T) {
+	cli := etcdClient(t)
+	prefix := freshPrefix()
+	clk := &fakeClock{now: t0}
+	withClock := func(o *store.Options) { o.Now = clk.Now }
+	a := openAgent(t, cli, prefix, withClock)
+	b := openAgent(t, cli, prefix, withClock)
+
+	powerB := make(chan string, 16)
+	b.OnPowerRequest(func(m string) { powerB <- m })
+	var mu sync.Mutex
+	eventsA, eventsB := map[string]int{}, map[string]int{}
+	count := func(into map[string]int) func(store.Event) {
+		return func(e store.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			into[fmt.Sprintf("%s/%d", e.Machine, e.Seq)]++
+		}
+	}
+	a.OnEvent(count(eventsA))
+	b.OnEvent(count(eventsB))
+
+	t.Run("a subnet made on A is served by B", func(t *testing.T) {
+		mustSubnet(t, a, lab())
+		caughtUp(t, cli, b)
+		if g, err := b.DHCPOffer(bg, store.LeaseRequest{MAC: macC, Link: link}); err != nil {
+			t.Fatalf("B offers on the subnet A made: %v", err)
+		} else if !labNet.Contains(g.Address.IP) {
+			t.Fatalf("B offered %s, outside %s", g.Address.IP, labNet)
+		}
+	})
+
+	t.Run("a lease ACKed on A is known by MAC on B", func(t *testing.T) {
+		got := lease(t, a, macA, link, "10.0.0.150")
+		caughtUp(t, cli, b)
+		g := mustOffer(t, b, store.LeaseRequest{MAC: macA, Link: link})
+		if g.Address.IP != got {
+			t.Fatalf("B offers %s to %s, which holds %s by A's lease", g.Address.IP, macA, got)
+		}
+		// An ACK on B for another address moves the lease: never two.
+		mustAck(t, b, store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.160")})
+		caughtUp(t, cli, a)
+		for name, s := range map[string]*store.Store{"A": a, "B": b} {
+			var mine []netip.Addr
+			for ip, mac := range leaseMap(t, s) {
+				if mac == macA {
+					mine = append(mine, ip)
+				}
+			}
+			if len(mine) != 1 || mine[0] != addr("10.0.0.160") {
+				t.Errorf("%s lists the leases of %s as %v, want only 10.0.0.160", name, macA, mine)
+			}
+		}
+		if g := mustOffer(t, a, store.LeaseRequest{MAC: macA, Link: link}); g.Address.IP != addr("10.0.0.160") {
+			t.Errorf("A offers %s to %s, whose lease B moved to 10.0.0.160", g.Address.IP, macA)
+		}
+	})
+
+	t.Run("a token revoked on A is refused on B", func(t *testing.T) {
+		_, secret, err := a.CreateUser(bg, admin, "carol", false, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		actor, ok, err := b.Authenticate(secret)
+		if err != nil || !ok {
+			t.Fatalf("B authenticates carol's token: %v %v", ok, err)
+		}
+		if _, err := a.RevokeToken(bg, admin, actor.Token); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := b.Authenticate(secret); err != nil || ok {
+			t.Fatalf("B still authenticates the token A revoked: %v %v", ok, err)
+		}
+	})
+
+	t.Run("a power request made on A is told to B", func(t *testing.T) {
+		m, err := a.CreateMachine(bg, admin, store.NewMachine{Hostname: "pw1", MACs: []string{macWeb1}, State: store.StateReady,
+			Power: store.PowerParams{Driver: "fake", Address: "pw1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.RequestPower(bg, admin, m.ID, store.PowerQuery, "test"); err != nil {
+			t.Fatal(err)
+		}
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case id := <-powerB:
+				if id == m.ID {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("B was not told of the power request A made for %s", m.ID)
+			}
+		}
+	})
+
+	t.Run("machine events reach both, once each", func(t *testing.T) {
+		caughtUp(t, cli, a)
+		caughtUp(t, cli, b)
+		evs, err := b.Events("pw1", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			t.Fatal("no events of pw1")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range evs {
+			k := fmt.Sprintf("%s/%d", e.Machine, e.Seq)
+			if eventsA[k] != 1 || eventsB[k] != 1 {
+				t.Errorf("event %s (%s) told %d times to A and %d to B, want once each", k, e.To, eventsA[k], eventsB[k])
+			}
+		}
+	})
+}
+
+// TestAgentsRaceForAddresses: two agents ACKing the same addresses to
+// different clients at the same time never bind one address to two MACs:
+// each address goes to exactly the one whose ACK succeeded.
+func TestAgentsRaceForAddresses(t *testing.T) {
+	cli := etcdClient(t)
+	prefix := freshPrefix()
+	a := openAgent(t, cli, prefix)
+	b := openAgent(t, cli, prefix)
+	mustSubnet(t, a, lab())
+	caughtUp(t, cli, b)
+	const n = 40
+	won := make([][2]bool, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(100 + i)})
+		for j, s := range []*store.Store{a, b} {
+			mac := fmt.Sprintf("52:54:00:%02x:00:%02x", 0xa0+j, i)
+			wg.Go(func() {
+				_, err := s.DHCPAck(bg, store.LeaseRequest{MAC: mac, Link: link, IP: ip})
+				if err == nil {
+					won[i][j] = true
+				} else if store.CodeOf(err) != store.CodeNak {
+					t.Errorf("ACK of %s to %s: %v", ip, mac, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	caughtUp(t, cli, a)
+	caughtUp(t, cli, b)
+	for name, s := range map[string]*store.Store{"A": a, "B": b} {
+		leases := leaseMap(t, s)
+		for i := range n {
+			ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(100 + i)})
+			if won[i][0] == won[i][1] {
+				t.Errorf("%s: ACKs by A and B both %v", ip, won[i][0])
+				continue
+			}
+			j := 0
+			if won[i][1] {
+				j = 1
+			}
+			if want := fmt.Sprintf("52:54:00:%02x:00:%02x", 0xa0+j, i); leases[ip] != want {
+				t.Errorf("%s lists %s leased to %q, want %s (whose ACK succeeded)", name, ip, leases[ip], want)
+			}
+		}
 	}
 }

@@ -24,9 +24,11 @@ var errNoFileBackup = errors.New("backup: this store runs on an engine that is n
 //
 // On such an engine the store is one writer among possibly several: every
 // operation still runs in one transaction with its rules inside it, and the
-// engine makes transactions serialisable, but the in-memory indexes (MAC
-// index, subnets) are loaded once here and kept only from this store's own
-// commits.
+// engine makes transactions serialisable. On an engine whose commits have
+// revisions (etcdkv), the in-memory state (the subnets cache, the MAC
+// index) is loaded here at one revision and then follows every writer's
+// commits through a watch from the next (follow.go); on another, it is
+// loaded once and kept from this store's own commits only.
 func OpenEngine(e Engine, name string, opts Options) (*Store, error) {
 	if opts.ReadOnly {
 		return nil, errors.New("store: a read-only store is a database file's (Open)")
@@ -59,9 +61,15 @@ func OpenEngine(e Engine, name string, opts Options) (*Store, error) {
 	if err := s.openKeys(); err != nil {
 		return nil, fmt.Errorf("the BMC secrets' keyring of %s: %w", name, err)
 	}
-	s.ipam.refreshSubnets(s.viewKV)
-	if err := s.ipam.loadMACs(s.viewKV); err != nil {
-		return nil, fmt.Errorf("load the MAC index from %s: %w", name, err)
+	if re, ok := e.(revEngine); ok {
+		if err := s.startFollowing(re); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	} else {
+		s.ipam.refreshSubnets(s.viewKV)
+		if err := s.ipam.loadMACs(s.viewKV); err != nil {
+			return nil, fmt.Errorf("load the MAC index from %s: %w", name, err)
+		}
 	}
 	go s.commitLoop()
 	return s, nil

@@ -503,15 +503,46 @@ func (t *Tx) deleteAddress(a Address) error {
 // a removal and a re-adding in one batch end added), and every lookup
 // checks the candidates against the transaction's own records.
 
+//
+// On an engine shared with other agents the operation reports, after its
+// commit, the MAC each address it wrote ends with, at the commit's revision,
+// which orders it against what the watch reports (macIndex.set).
+
 func (t *Tx) indexMAC(mac string, ip netip.Addr) {
 	st := t.ipam
 	st.macs.add(mac, ip)
+	if t.setMAC(ip, mac) {
+		return
+	}
 	t.afterCommit(func() { st.macs.add(mac, ip) })
 }
 
 func (t *Tx) unindexMAC(mac string, ip netip.Addr) {
+	if t.setMAC(ip, "") {
+		return
+	}
 	st := t.ipam
 	t.afterCommit(func() { st.macs.del(mac, ip) })
+}
+
+// setMAC notes, on a shared engine, that ip ends this operation bound to
+// mac ("": to none); it reports false on a database file.
+func (t *Tx) setMAC(ip netip.Addr, mac string) bool {
+	c := t.commit
+	if c == nil || !c.shared {
+		return false
+	}
+	if t.macs == nil {
+		t.macs = map[netip.Addr]string{}
+		st, macs := t.ipam, t.macs
+		t.afterCommit(func() {
+			for ip, mac := range macs {
+				st.macs.set(ip, mac, c.rev)
+			}
+		})
+	}
+	t.macs[ip] = mac
+	return true
 }
 
 // addressesOfMAC returns every address record bound to mac, by address.
@@ -535,14 +566,75 @@ func (t *Tx) addressesOfMAC(mac string) ([]Address, error) {
 // every DHCP acknowledgement dirtied one more page at a random place of it
 // (clients' MACs are random), and bbolt writes each dirty page with a
 // system call of its own.
+//
+// On an engine shared with other agents (follow.go) the index also keeps,
+// for each address, the MAC its record has and the revision that record is
+// as of (set): the watch and the store's own commits both report records,
+// in whatever order they arrive, and news older than what an address's
+// entry reflects is ignored, so an entry never goes back in time.
 type macIndex struct {
 	mu sync.RWMutex
 	m  map[string][]netip.Addr
+	// owner and rev: see set.
+	owner map[netip.Addr]string
+	rev   map[netip.Addr]int64
+}
+
+// set records that ip's record has mac ("" for none or no record) as of
+// engine revision rev, unless the entry already reflects a later one.
+func (x *macIndex) set(ip netip.Addr, mac string, rev int64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.rev == nil {
+		x.owner, x.rev = map[netip.Addr]string{}, map[netip.Addr]int64{}
+	}
+	if rev <= x.rev[ip] {
+		return
+	}
+	x.rev[ip] = rev
+	if old, ok := x.owner[ip]; ok && old != mac {
+		x.delLocked(old, ip)
+	}
+	if mac == "" {
+		delete(x.owner, ip)
+		return
+	}
+	x.owner[ip] = mac
+	x.addLocked(mac, ip)
+}
+
+// load replaces the index with the records read at engine revision rev
+// (ip -> mac), keeping the entries already newer than that.
+func (x *macIndex) load(recs map[netip.Addr]string, rev int64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	m, owner, revs := map[string][]netip.Addr{}, map[netip.Addr]string{}, map[netip.Addr]int64{}
+	for ip, r := range x.rev {
+		if r > rev {
+			revs[ip] = r
+			if mac, ok := x.owner[ip]; ok {
+				owner[ip] = mac
+			}
+		}
+	}
+	for ip, mac := range recs {
+		if _, newer := revs[ip]; !newer {
+			owner[ip], revs[ip] = mac, rev
+		}
+	}
+	for ip, mac := range owner {
+		m[mac] = append(m[mac], ip)
+	}
+	x.m, x.owner, x.rev = m, owner, revs
 }
 
 func (x *macIndex) add(mac string, ip netip.Addr) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.addLocked(mac, ip)
+}
+
+func (x *macIndex) addLocked(mac string, ip netip.Addr) {
 	if x.m == nil {
 		x.m = map[string][]netip.Addr{}
 	}
@@ -554,6 +646,10 @@ func (x *macIndex) add(mac string, ip netip.Addr) {
 func (x *macIndex) del(mac string, ip netip.Addr) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.delLocked(mac, ip)
+}
+
+func (x *macIndex) delLocked(mac string, ip netip.Addr) {
 	ips := x.m[mac]
 	i := slices.Index(ips, ip)
 	if i < 0 {
@@ -583,23 +679,28 @@ func (x *macIndex) has(mac string, ip netip.Addr) bool {
 // loadMACs builds the MAC index from the addresses bucket.
 func (st *ipamState) loadMACs(view viewFunc) error {
 	return view(func(tx kv.Tx) error {
-		b := tx.Bucket(bucketAddresses)
-		if b == nil {
-			return nil
+		return forEachAddressMAC(tx, st.macs.add)
+	})
+}
+
+// forEachAddressMAC calls fn for every address record bound to a MAC.
+func forEachAddressMAC(tx kv.Tx, fn func(mac string, ip netip.Addr)) error {
+	b := tx.Bucket(bucketAddresses)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		var r struct {
+			IP  netip.Addr `json:"ip"`
+			MAC string     `json:"mac"`
 		}
-		return b.ForEach(func(k, v []byte) error {
-			var r struct {
-				IP  netip.Addr `json:"ip"`
-				MAC string     `json:"mac"`
-			}
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("address %x: %w", k, err)
-			}
-			if r.MAC != "" {
-				st.macs.add(r.MAC, r.IP)
-			}
-			return nil
-		})
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("address %x: %w", k, err)
+		}
+		if r.MAC != "" {
+			fn(r.MAC, r.IP)
+		}
+		return nil
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -305,6 +306,9 @@ type Store struct {
 	tokens *tokenState
 	// keys is the keyring sealing BMC secrets (secrets.go).
 	keys *keyState
+	// follow keeps the in-memory state up with the engine's other
+	// writers (follow.go); nil on a database file.
+	follow *follower
 }
 
 // op is one write waiting for the committer.
@@ -552,6 +556,7 @@ func schemaOf(tx kv.Tx) int {
 func (s *Store) Close() error {
 	s.closeMu.Do(func() { close(s.stop) })
 	<-s.stopped
+	s.stopFollowing()
 	if s.db == nil {
 		return nil // the engine's connection is its owner's to close
 	}
@@ -613,6 +618,11 @@ type Tx struct {
 	onEvent func(Event)
 	// consoleTail is Store.ConsoleTail's function when one is set.
 	consoleTail func(machine string) []byte
+	// commit is what the hooks learn of the commit (nil in a view).
+	commit *commitInfo
+	// macs is the MAC each address this operation wrote ends with, on an
+	// engine with other writers (setMAC).
+	macs map[netip.Addr]string
 }
 
 // OnEvent sets the function told about every machine event (a transition,
@@ -915,7 +925,7 @@ func (s *Store) commit(batch []*op) {
 	var after []func()
 	ctx, cancel := s.commitContext(batch[0])
 	defer cancel()
-	err := s.kv.Update(ctx, func(tx kv.Tx) error {
+	err := s.engineUpdate(ctx, func(tx kv.Tx, c *commitInfo) error {
 		// An engine may run this function again (a conflict): start over.
 		clear(results)
 		wrote, after = false, after[:0]
@@ -925,7 +935,7 @@ func (s *Store) commit(batch []*op) {
 				results[i] = err
 				continue
 			}
-			t := s.newTx(tx, now)
+			t := s.newTx(tx, now, c)
 			if err := s.checkCaller(o.ctx, t); err != nil {
 				results[i] = err
 				continue
@@ -987,8 +997,8 @@ func (s *Store) commit1(o *op) {
 	now := s.now().UTC()
 	ctx, cancel := s.commitContext(o)
 	defer cancel()
-	err := s.kv.Update(ctx, func(tx kv.Tx) error {
-		t = s.newTx(tx, now) // afresh if the engine runs this again
+	err := s.engineUpdate(ctx, func(tx kv.Tx, c *commitInfo) error {
+		t = s.newTx(tx, now, c) // afresh if the engine runs this again
 		if result = s.checkCaller(o.ctx, t); result != nil {
 			return result
 		}
@@ -1021,8 +1031,42 @@ func fenced(o *op) bool {
 }
 
 // newTx is one operation's view of the engine's transaction tx.
-func (s *Store) newTx(tx kv.Tx, now time.Time) *Tx {
-	return &Tx{tx: tx, now: now, ipam: s.ipam, credKey: s.credKey, keys: s.keys, onEvent: s.eventHook(), consoleTail: s.consoleTailHook()}
+func (s *Store) newTx(tx kv.Tx, now time.Time, c *commitInfo) *Tx {
+	return &Tx{tx: tx, now: now, ipam: s.ipam, credKey: s.credKey, keys: s.keys, onEvent: s.eventHook(), consoleTail: s.consoleTailHook(), commit: c}
+}
+
+// commitInfo is what the operations of one engine transaction learn of
+// its commit, in their after-commit hooks.
+type commitInfo struct {
+	// shared: the engine has other writers (follow.go).
+	shared bool
+	// rev is the commit's revision on such an engine (0: nothing was
+	// committed).
+	rev int64
+}
+
+// engineUpdate runs fn in one read-write transaction of the engine, giving
+// it the commitInfo its hooks will read. On an engine with other writers
+// the commit's revision is recorded as the store's own before the hooks
+// run (follower.committed).
+func (s *Store) engineUpdate(ctx context.Context, fn func(kv.Tx, *commitInfo) error) error {
+	f := s.follow
+	var c *commitInfo
+	run := func(tx kv.Tx) error {
+		c = &commitInfo{shared: f != nil} // afresh for each run
+		return fn(tx, c)
+	}
+	if f == nil {
+		return s.kv.Update(ctx, run)
+	}
+	f.flight.RLock()
+	defer f.flight.RUnlock()
+	rev, err := f.e.UpdateRev(ctx, run)
+	if err == nil && c != nil {
+		c.rev = rev
+		f.committed(rev)
+	}
+	return err
 }
 
 func runAll(fns []func()) {

@@ -101,6 +101,13 @@ func (d *DB) View(ctx context.Context, fn func(kv.Tx) error) error {
 // snapshot. fn may therefore run more than once. An error from fn rolls
 // back (nothing is sent) and is returned.
 func (d *DB) Update(ctx context.Context, fn func(kv.Tx) error) error {
+	_, err := d.UpdateRev(ctx, fn)
+	return err
+}
+
+// UpdateRev is Update that also returns the revision of its commit (0 when
+// fn wrote nothing and nothing was sent).
+func (d *DB) UpdateRev(ctx context.Context, fn func(kv.Tx) error) (int64, error) {
 	for attempt := range MaxAttempts {
 		if attempt > 0 {
 			// Those that conflicted together would conflict again if
@@ -109,25 +116,42 @@ func (d *DB) Update(ctx context.Context, fn func(kv.Tx) error) error {
 			select {
 			case <-time.After(pause):
 			case <-ctx.Done():
-				return ctx.Err()
+				return 0, ctx.Err()
 			}
 		}
 		t := d.newTx(ctx, true)
 		if err := fn(t); err != nil {
-			return err
+			return 0, err
 		}
 		if t.err != nil {
-			return t.err
+			return 0, t.err
 		}
 		ok, err := t.commit()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if ok {
-			return nil
+			return t.committed, nil
 		}
 	}
-	return ErrConflict
+	return 0, ErrConflict
+}
+
+// ViewRev is View that also returns the revision of its snapshot: the
+// cluster's revision when it began, fixed before fn reads anything, so
+// that a watch from the revision after it misses no change and repeats
+// none.
+func (d *DB) ViewRev(ctx context.Context, fn func(kv.Tx) error) (int64, error) {
+	t := d.newTx(ctx, false)
+	resp, err := d.cli.Get(ctx, d.prefix+"B/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("etcdkv: the cluster's revision: %w", err)
+	}
+	t.rev = resp.Header.Revision
+	if err := fn(t); err != nil {
+		return 0, err
+	}
+	return t.rev, t.err
 }
 
 func (d *DB) newTx(ctx context.Context, writable bool) *tx {
@@ -151,6 +175,8 @@ type tx struct {
 	// err is the first etcd error met by a method that cannot return
 	// one (Get, ForEach's reads): the transaction fails with it.
 	err error
+	// committed is the revision of a successful commit.
+	committed int64
 }
 
 func (t *tx) key(kind, bucket string, k []byte) string {
@@ -327,6 +353,9 @@ func (t *tx) commit() (bool, error) {
 	resp, err := t.db.cli.Txn(t.ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
 	if err != nil {
 		return false, fmt.Errorf("etcdkv: commit: %w", err)
+	}
+	if resp.Succeeded {
+		t.committed = resp.Header.Revision
 	}
 	if !resp.Succeeded && fenced {
 		var now int64 // 0: the key is gone

@@ -298,3 +298,68 @@ func TestFence(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWatch: Watch delivers each commit's records once, in revision
+// order, created, rewritten and deleted; resuming from a compacted
+// revision is ErrCompacted.
+func TestWatch(t *testing.T) {
+	cli := cluster(t)
+	ctx := t.Context()
+	db := etcdkv.New(cli, etcdkv.Options{Prefix: "/watch/"})
+	start, err := db.ViewRev(ctx, func(kv.Tx) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(fn func(b kv.Bucket) error) int64 {
+		rev, err := db.UpdateRev(ctx, func(tx kv.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("b"))
+			if err != nil {
+				return err
+			}
+			return fn(b)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	r1 := write(func(b kv.Bucket) error { return b.Put([]byte("k/1"), []byte("one")) })
+	r2 := write(func(b kv.Bucket) error { return b.Put([]byte("k/1"), []byte("uno")) })
+	r3 := write(func(b kv.Bucket) error { return b.Delete([]byte("k/1")) })
+	type seen struct {
+		rev     int64
+		changes []etcdkv.Change
+	}
+	var got []seen
+	wctx, cancel := context.WithCancel(ctx)
+	err = db.Watch(wctx, start+1, func(rev int64, cs []etcdkv.Change) error {
+		if len(cs) > 0 {
+			got = append(got, seen{rev, cs})
+		}
+		if rev >= r3 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Watch ended with %v, want the cancel", err)
+	}
+	want := []seen{
+		{r1, []etcdkv.Change{{Bucket: "b", Key: []byte("k/1"), Value: []byte("one"), Created: true}}},
+		{r2, []etcdkv.Change{{Bucket: "b", Key: []byte("k/1"), Value: []byte("uno")}}},
+		{r3, []etcdkv.Change{{Bucket: "b", Key: []byte("k/1")}}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("watched\n%v\nwant\n%v", got, want)
+	}
+	if last, err := db.LastChange(ctx, r3); err != nil || last != r3 {
+		t.Errorf("LastChange(%d) = %d, %v; want %d", r3, last, err, r3)
+	}
+	if _, err := cli.Compact(ctx, r3); err != nil {
+		t.Fatal(err)
+	}
+	err = db.Watch(ctx, start+1, func(int64, []etcdkv.Change) error { return nil })
+	if !errors.Is(err, etcdkv.ErrCompacted) {
+		t.Fatalf("Watch from a compacted revision: %v, want ErrCompacted", err)
+	}
+}

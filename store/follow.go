@@ -1,0 +1,295 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"rackd/store/kv"
+	"rackd/store/kv/etcdkv"
+)
+
+// What the store keeps in memory (the subnets cache, the MAC index of
+// addresses) must follow every writer of a shared engine, not only this
+// store's own commits. On such an engine (revEngine) the store loads that
+// state at one revision R and watches the engine from R+1: each change
+// another agent commits updates it, and the store's own commits, which
+// arrive too, are applied again harmlessly (the MAC index keeps, for each
+// address, the revision its entry reflects, and ignores older news).
+
+// revEngine is an engine shared by several writers, whose commits have
+// revisions that a watch delivers in order (store/kv/etcdkv).
+type revEngine interface {
+	Engine
+	UpdateRev(ctx context.Context, fn func(kv.Tx) error) (int64, error)
+	ViewRev(ctx context.Context, fn func(kv.Tx) error) (int64, error)
+	Watch(ctx context.Context, fromRev int64, fn func(rev int64, changes []etcdkv.Change) error) error
+	LastChange(ctx context.Context, rev int64) (int64, error)
+}
+
+var _ revEngine = (*etcdkv.DB)(nil)
+
+// follower is the state of a store that follows a revEngine.
+type follower struct {
+	e revEngine
+
+	mu sync.Mutex
+	// applied is the revision up to which every change is applied;
+	// advanced is closed and replaced whenever it grows.
+	applied  int64
+	advanced chan struct{}
+	// own holds the revisions of this store's own commits not yet seen
+	// by the watch, so that their power requests and events are not told
+	// twice (the commit told of them).
+	own map[int64]bool
+
+	// flight is held for reading by every commit from before it is sent
+	// until its revision is in own: the watch takes it for writing to
+	// know that a revision it did not find in own is another agent's.
+	flight sync.RWMutex
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Revision is the engine revision up to which this store has applied
+// every change, its own and other agents'; 0 on a database file.
+func (s *Store) Revision() int64 {
+	f := s.follow
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applied
+}
+
+// WaitRevision returns once every change up to engine revision rev is
+// applied to this store's in-memory state (a leader taking over waits for
+// what the previous one wrote), or with ctx's error. On a database file it
+// returns nil at once: there is no other writer.
+func (s *Store) WaitRevision(ctx context.Context, rev int64) error {
+	f := s.follow
+	if f == nil {
+		return nil
+	}
+	applied, _ := f.state()
+	if applied >= rev {
+		return nil
+	}
+	// The watch delivers only revisions that changed the store's keys:
+	// wait for the last of those at or before rev.
+	last, err := f.e.LastChange(ctx, rev)
+	if err != nil {
+		return fmt.Errorf("store: wait for revision %d: %w", rev, err)
+	}
+	for {
+		applied, advanced := f.state()
+		if applied >= last {
+			f.advance(rev)
+			return nil
+		}
+		select {
+		case <-advanced:
+		case <-ctx.Done():
+			return fmt.Errorf("store: wait for revision %d (applied %d of %d): %w", rev, applied, last, ctx.Err())
+		}
+	}
+}
+
+func (f *follower) state() (int64, chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applied, f.advanced
+}
+
+// advance records that everything up to rev is applied.
+func (f *follower) advance(rev int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if rev <= f.applied {
+		return
+	}
+	f.applied = rev
+	close(f.advanced)
+	f.advanced = make(chan struct{})
+	for r := range f.own {
+		if r <= rev {
+			delete(f.own, r)
+		}
+	}
+}
+
+// committed records the revision of one of the store's own commits. The
+// caller holds flight for reading.
+func (f *follower) committed(rev int64) {
+	if rev == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if rev > f.applied {
+		f.own[rev] = true
+	}
+}
+
+// isOwn reports whether rev is one of the store's own commits, once every
+// commit in flight has recorded its revision.
+func (f *follower) isOwn(rev int64) bool {
+	f.flight.Lock()
+	f.flight.Unlock() // empty: a barrier, not a critical section
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.own[rev]
+}
+
+// startFollowing loads the in-memory state at one revision and starts
+// the watch from the next.
+func (s *Store) startFollowing(e revEngine) error {
+	f := &follower{e: e, advanced: make(chan struct{}), own: map[int64]bool{}, done: make(chan struct{})}
+	rev, err := s.loadState(e)
+	if err != nil {
+		return err
+	}
+	f.applied = rev
+	s.follow = f
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	go s.watchLoop(ctx, rev)
+	return nil
+}
+
+// stopFollowing ends the watch and waits for it.
+func (s *Store) stopFollowing() {
+	if f := s.follow; f != nil {
+		f.cancel()
+		<-f.done
+	}
+}
+
+// loadState reads the subnets and the MAC index at one revision and
+// installs them; it returns the revision.
+func (s *Store) loadState(e revEngine) (int64, error) {
+	var (
+		subnets []Subnet
+		macs    map[netip.Addr]string
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommitTimeout)
+	defer cancel()
+	rev, err := e.ViewRev(ctx, func(tx kv.Tx) error {
+		subnets, macs = nil, map[netip.Addr]string{}
+		if tx.Bucket(bucketSubnets) != nil {
+			var err error
+			if subnets, err = readSubnets(tx); err != nil {
+				return err
+			}
+		}
+		return forEachAddressMAC(tx, func(mac string, ip netip.Addr) { macs[ip] = mac })
+	})
+	if err != nil {
+		return 0, fmt.Errorf("load the subnets and the MAC index: %w", err)
+	}
+	s.ipam.subnets.Store(&subnets)
+	s.ipam.macs.load(macs, rev)
+	return rev, nil
+}
+
+// watchLoop applies the engine's changes from rev+1 until the store
+// closes; a compacted watch reloads everything at a new revision.
+func (s *Store) watchLoop(ctx context.Context, rev int64) {
+	f := s.follow
+	defer close(f.done)
+	for {
+		err := f.e.Watch(ctx, rev+1, s.applyChanges)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, etcdkv.ErrCompacted) {
+			slog.Warn("store: the engine compacted changes this agent had not seen; loading its state again", "engine", s.path, "err", err)
+		} else {
+			slog.Error("store: following the engine failed; loading its state again", "engine", s.path, "err", err)
+		}
+		for {
+			if rev, err = s.loadState(f.e); err == nil {
+				break
+			}
+			slog.Error("store: load the engine's state", "engine", s.path, "err", err)
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return
+			}
+		}
+		f.advance(rev)
+		// Power requests made meanwhile were not seen: every machine
+		// with an open one is told again.
+		if ids, err := s.MachinesWithOpenPower(); err == nil {
+			s.notifyPower(ids)
+		}
+	}
+}
+
+// applyChanges applies one revision's changes to the in-memory state.
+func (s *Store) applyChanges(rev int64, changes []etcdkv.Change) error {
+	f := s.follow
+	var (
+		subnets bool
+		power   []string
+		events  []Event
+	)
+	for _, c := range changes {
+		switch c.Bucket {
+		case string(bucketAddresses):
+			ip, ok := netip.AddrFromSlice(c.Key)
+			if !ok {
+				continue
+			}
+			mac := ""
+			if c.Value != nil {
+				var r struct {
+					MAC string `json:"mac"`
+				}
+				if json.Unmarshal(c.Value, &r) != nil {
+					continue // Check reports a record that does not decode
+				}
+				mac = r.MAC
+			}
+			s.ipam.macs.set(ip.Unmap(), mac, rev)
+		case string(bucketSubnets):
+			subnets = true
+		case string(bucketPowerRequests):
+			var r PowerRequest
+			if c.Created && json.Unmarshal(c.Value, &r) == nil && r.State == PowerPending {
+				power = append(power, r.Machine)
+			}
+		case string(bucketEvents):
+			var e Event
+			if c.Created && json.Unmarshal(c.Value, &e) == nil {
+				events = append(events, e)
+			}
+		}
+	}
+	if subnets {
+		s.ipam.subnets.Store(nil)
+		s.ipam.refreshSubnets(s.viewKV)
+	}
+	// The store's own requests and events were told by their commit.
+	foreign := (len(power) > 0 || len(events) > 0) && !f.isOwn(rev)
+	f.advance(rev)
+	// Told after the state is applied: whoever hears of a request or an
+	// event may read the store and find what it was told of.
+	if foreign {
+		s.notifyPower(power)
+		if fn := s.eventHook(); fn != nil {
+			for _, e := range events {
+				fn(e)
+			}
+		}
+	}
+	return nil
+}
