@@ -41,18 +41,26 @@ var allFormats = []Format{FormatRaw, FormatGzip, FormatXZ, FormatZstd}
 // and the whole-stream digests are not computed.
 func TestWriteChunked(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		size int
-		cs   int64
+		name    string
+		size    int
+		cs      int64
+		formats []Format // nil: all
 	}{
-		{"ragged end, 1 MiB chunks", 9<<20 + 12345, chunksum.MinSize},
-		{"ragged end, 4 MiB chunks", 9<<20 + 12345, chunksum.Size},
-		{"whole chunks", 8 << 20, chunksum.Size},
-		{"one chunk", 3<<20 + 1, chunksum.Size},
-		{"smaller than the head", 1000, chunksum.Size},
-		{"head and one byte", HeadSize + 1, chunksum.MinSize},
+		{"ragged end, 1 MiB chunks", 9<<20 + 12345, chunksum.MinSize, nil},
+		// The chunking does not depend on the format (each is
+		// decompressed before it is chunked, as the case above shows for
+		// all four): xz and gzip, minutes under -race, once are enough.
+		{"ragged end, 4 MiB chunks", 9<<20 + 12345, chunksum.Size, []Format{FormatRaw, FormatZstd}},
+		{"whole chunks", 8 << 20, chunksum.Size, nil},
+		{"one chunk", 3<<20 + 1, chunksum.Size, nil},
+		{"smaller than the head", 1000, chunksum.Size, nil},
+		{"head and one byte", HeadSize + 1, chunksum.MinSize, nil},
 	} {
-		for _, f := range allFormats {
+		formats := tc.formats
+		if formats == nil {
+			formats = allFormats
+		}
+		for _, f := range formats {
 			t.Run(tc.name+"/"+string(f), func(t *testing.T) {
 				raw := compressible(tc.size)
 				file, img := served(t, raw, f, tc.cs)
