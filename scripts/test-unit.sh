@@ -1,48 +1,52 @@
 #!/usr/bin/env bash
 # make test's checks and tests, overlapped so that make test stays within
 # half an hour on two cores:
-#   1. at once, in the background: the test images (RACKD_TEST_IMAGES, make
-#      test's `make enlist-image debian-image`: minutes of downloads,
-#      mmdebstrap and compression, much of it waiting on the network and the
-#      disk);
-#   2. meanwhile go vet, then `go test -race` over every package that needs
-#      no test image, and beside it the store's whole suite again with
+#   1. at once, in the background, the test images, each on its own: the
+#      enlistment image (RACKD_TEST_ENLIST_IMAGE, make test's `make
+#      enlist-image`) and the Debian images (RACKD_TEST_DEBIAN_IMAGE, `make
+#      debian-image`): minutes of downloads, mmdebstrap and compression, much
+#      of it waiting on the network and the disk;
+#   2. meanwhile go vet, then `go test -race` over every package that boots
+#      no image, and beside it the store's whole suite again with
 #      RACKD_STORE_ENGINE=etcd (a real etcd, one member on loopback, instead
 #      of the database file);
-#   3. once the images are built, the packages that boot them, each in a go
-#      test of its own beside the rest:
+#   3. as soon as an image is built, the runs that boot it, each a go test
+#      of its own beside the rest. The enlistment image's:
 #      - ./e2e's default tests (enlistment, commissioning, deployment,
 #        Redfish, BMC set-up, the console) and ./nocloud (its kernel);
-#      - the Debian deploy tests of package e2e (TestE2EDebianLocalBoot/uefi
-#        and TestE2EDeployOS, RACKD_E2E_DEPLOY_OS=1). The BIOS half of
-#        TestE2EDebianLocalBoot is left to make e2e-deploy-os:
-#        TestE2EDeployOS boots the same image from its disk under SeaBIOS;
 #      - the appliance image's tests of package e2e/appliance
 #        (TestApplianceBoot under OVMF, TestApplianceLifecycle: enlistment
 #        through the appliance, refused bundles, an update, a rollback;
-#        RACKD_E2E_APPLIANCE=1). The SeaBIOS boot of the appliance and the
-#        power loss in the middle of an update (TestAppliancePowerLoss) are
-#        left to make e2e-appliance: this run is the longest of make test
-#        (three image builds and a dozen boots under TCG).
-# The real-VM tests spend most of their time in QEMU under TCG, much of it
-# waiting on the VM: run after the rest they would double make test's time.
+#        RACKD_E2E_APPLIANCE=1), which build the appliance's images from it.
+#        The SeaBIOS boot of the appliance and the power loss in the middle
+#        of an update (TestAppliancePowerLoss) are left to make
+#        e2e-appliance: this run is the longest of make test (three image
+#        builds and a dozen boots under TCG).
+#      The Debian images': the Debian deploy tests of package e2e
+#      (TestE2EDebianLocalBoot/uefi and TestE2EDeployOS,
+#      RACKD_E2E_DEPLOY_OS=1). The BIOS half of TestE2EDebianLocalBoot is
+#      left to make e2e-deploy-os: TestE2EDeployOS boots the same image from
+#      its disk under SeaBIOS.
+# The real-VM tests spend most of their time in QEMU under TCG: run after
+# the rest they would double make test's time.
 #
 # Every run's output is printed when all are done; any failing fails make
-# test (a failed image build fails it without the tests that need it).
-# Environment: GO (default go), RACKD_TEST_IMAGES (the command building the
-# images; none when empty), RACKD_E2E_SKIP_DEPLOY_OS=1 and
+# test (an image that failed to build fails it without the runs that boot
+# it). Environment: GO (default go), RACKD_TEST_ENLIST_IMAGE and
+# RACKD_TEST_DEBIAN_IMAGE (the commands building the images; the runs start
+# at once when empty), RACKD_E2E_SKIP_DEPLOY_OS=1 and
 # RACKD_E2E_SKIP_APPLIANCE=1 leave those tests out (they skip by themselves
 # when not root or without QEMU).
 set -uo pipefail
 
 go=${GO:-go}
 logs=$(mktemp -d)
-pids=() names=() cmds=() main_pid= images_pid=
+pids=() names=() cmds=() main_pid=
 # Every job runs in the background in a process group of its own and the
 # script waits on them: bash runs a trap only once its foreground command
 # ends, and an interrupted make test must leave none behind.
 cleanup() {
-	for pid in $main_pid $images_pid ${pids[@]+"${pids[@]}"}; do
+	for pid in $main_pid ${image_pid[@]+"${image_pid[@]}"} ${pids[@]+"${pids[@]}"}; do
 		if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
 			kill -TERM -- "-$pid" 2>/dev/null
 			wait "$pid" 2>/dev/null
@@ -66,16 +70,22 @@ beside() {
 	pids+=($!) names+=("$name") cmds+=("${env[*]:+${env[*]} }go test $*")
 }
 
-if [ -n "${RACKD_TEST_IMAGES:-}" ]; then
-	setsid bash -c "$RACKD_TEST_IMAGES" >"$logs/images" 2>&1 &
-	images_pid=$!
-fi
+# The test images, each built in the background: the enlistment image
+# (RACKD_TEST_ENLIST_IMAGE) and the Debian images (RACKD_TEST_DEBIAN_IMAGE).
+declare -A image_cmd=() image_pid=()
+image_cmd[enlist]=${RACKD_TEST_ENLIST_IMAGE:-}
+image_cmd[debian]=${RACKD_TEST_DEBIAN_IMAGE:-}
+for img in enlist debian; do
+	if [ -n "${image_cmd[$img]}" ]; then
+		setsid bash -c "${image_cmd[$img]}" >"$logs/image-$img" 2>&1 &
+		image_pid[$img]=$!
+	fi
+done
 
 rc=0
 "$go" vet ./... || rc=1
 
-# The packages that boot the test images wait for them.
-vm_pkgs=(./e2e/ ./e2e/appliance/ ./nocloud/)
+# The packages that boot a test image wait for it.
 mapfile -t pkgs < <("$go" list ./... | grep -v -x -e rackd/e2e -e rackd/e2e/appliance -e rackd/nocloud)
 
 # The store's whole suite once more, on a real etcd instead of its
@@ -84,28 +94,45 @@ beside "the store's tests on etcd" RACKD_STORE_ENGINE=etcd -- -timeout 15m ./sto
 CGO_ENABLED=1 setsid "$go" test -race -count=1 -timeout 20m "${pkgs[@]}" &
 main_pid=$!
 
-images_rc=0
-if [ -n "$images_pid" ]; then
-	wait "$images_pid"
-	images_rc=$?
-	images_pid=
-	echo "--- the test images ($RACKD_TEST_IMAGES):"
-	cat "$logs/images"
-fi
-if [ "$images_rc" -ne 0 ]; then
-	echo "--- the test images failed to build: ${vm_pkgs[*]} not run" >&2
-	rc=1
-else
-	beside "the packages that boot the test images" -- -timeout 30m "${vm_pkgs[@]}"
-	if [ -z "${RACKD_E2E_SKIP_DEPLOY_OS:-}" ]; then
-		beside "the Debian deploy tests" RACKD_E2E_DEPLOY_OS=1 -- \
-			-timeout 45m -run 'TestE2EDebianLocalBoot/uefi|TestE2EDeployOS$' ./e2e/
-	fi
-	if [ -z "${RACKD_E2E_SKIP_APPLIANCE:-}" ]; then
-		beside "the appliance image's tests" RACKD_E2E_APPLIANCE=1 -- \
-			-timeout 50m -run 'TestApplianceBoot/uefi|TestApplianceLifecycle' ./e2e/appliance/
-	fi
-fi
+# with_image IMG: start the runs that need image IMG.
+with_image() {
+	case $1 in
+	enlist)
+		beside "the packages that boot the enlistment image" -- -timeout 30m ./e2e/ ./nocloud/
+		if [ -z "${RACKD_E2E_SKIP_APPLIANCE:-}" ]; then
+			beside "the appliance image's tests" RACKD_E2E_APPLIANCE=1 -- \
+				-timeout 50m -run 'TestApplianceBoot/uefi|TestApplianceLifecycle' ./e2e/appliance/
+		fi
+		;;
+	debian)
+		if [ -z "${RACKD_E2E_SKIP_DEPLOY_OS:-}" ]; then
+			beside "the Debian deploy tests" RACKD_E2E_DEPLOY_OS=1 -- \
+				-timeout 45m -run 'TestE2EDebianLocalBoot/uefi|TestE2EDeployOS$' ./e2e/
+		fi
+		;;
+	esac
+}
+# Each image's runs start as soon as it is built, whichever comes first.
+for img in enlist debian; do
+	[ -n "${image_cmd[$img]}" ] || with_image "$img"
+done
+while [ "${#image_pid[@]}" -gt 0 ]; do
+	finished=
+	wait -n -p finished "${image_pid[@]}"
+	irc=$?
+	for img in "${!image_pid[@]}"; do
+		[ "${image_pid[$img]}" = "$finished" ] || continue
+		unset "image_pid[$img]"
+		echo "--- the $img image (${image_cmd[$img]}):"
+		cat "$logs/image-$img"
+		if [ "$irc" -eq 0 ]; then
+			with_image "$img"
+		else
+			echo "--- the $img image failed to build: the tests that boot it did not run" >&2
+			rc=1
+		fi
+	done
+done
 
 wait "$main_pid" || rc=1
 main_pid=
