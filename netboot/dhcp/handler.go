@@ -40,8 +40,8 @@ type Prober interface {
 	Probe(ctx context.Context, ifname string, ip netip.Addr) (net.HardwareAddr, bool, error)
 }
 
-// Reasons a request gets no reply, besides ErrNoSubnet and ErrExhausted
-// from Leases. ServeDHCP returns them wrapped; the server counts them as
+// Reasons a request gets no reply, besides ErrNoSubnet, ErrExhausted and
+// ErrNotLeader from Leases. ServeDHCP returns them wrapped; the server counts them as
 // drops, not errors.
 var (
 	// ErrMalformed is a request that breaks RFC 2131: not a BOOTREQUEST,

@@ -96,5 +96,9 @@ func (e *NakError) Error() string { return "nak: " + e.Reason }
 // ignored (another server may own that network).
 var ErrNoSubnet = errors.New("dhcp: no managed subnet for this link")
 
+// ErrNotLeader means another server answers this subnet: several agents
+// hear the link and one at a time leads it. The request is ignored.
+var ErrNotLeader = errors.New("dhcp: another server answers this subnet")
+
 // ErrExhausted means the subnet has no free address to offer.
 var ErrExhausted = errors.New("dhcp: no free address in the dynamic ranges")

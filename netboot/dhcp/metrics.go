@@ -32,6 +32,7 @@ const (
 	reasonNoSubnet    = "no_subnet"
 	reasonOtherServer = "other_server"
 	reasonExhausted   = "exhausted"
+	reasonNotLeader   = "not_leader"
 )
 
 // typeLabel is the label of the message types a server handles, and
@@ -113,7 +114,7 @@ func newMetrics(reg prometheus.Registerer, queueLen, socketDrops func() float64)
 			m.replies.WithLabelValues(t, o)
 		}
 	}
-	for _, r := range []string{reasonQueueFull, reasonMalformed, reasonNoSubnet, reasonOtherServer, reasonExhausted} {
+	for _, r := range []string{reasonQueueFull, reasonMalformed, reasonNoSubnet, reasonOtherServer, reasonExhausted, reasonNotLeader} {
 		m.drops.WithLabelValues(r)
 	}
 	for _, t := range []string{"discover", "request", "inform"} {
@@ -153,6 +154,8 @@ func dropReason(err error) (string, bool) {
 		return reasonOtherServer, true
 	case errors.Is(err, ErrExhausted):
 		return reasonExhausted, true
+	case errors.Is(err, ErrNotLeader):
+		return reasonNotLeader, true
 	}
 	return "", false
 }

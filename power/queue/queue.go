@@ -37,6 +37,7 @@ import (
 
 	"rackd/power"
 	"rackd/store"
+	"rackd/store/kv"
 )
 
 // Config tunes the queue. Zero fields take the defaults of DefaultConfig.
@@ -133,6 +134,73 @@ type Queue struct {
 	nextPoll map[string]time.Time
 	wg       sync.WaitGroup
 	onFinish func(store.PowerRequest)
+	owner    Owner // nil: this queue drives every machine
+}
+
+// Owner says which machines a queue drives, when several agents share one
+// store and each drives the BMCs of the shards it leads. It must be safe
+// for concurrent use.
+type Owner interface {
+	// Owns reports whether this agent drives machine's BMC now and, if
+	// so, returns ctx carrying the fence every write for the machine must
+	// hold (kv.WithFence): a write after the leadership was lost is
+	// refused by the store.
+	Owns(ctx context.Context, machine string) (context.Context, bool)
+	// Fenced is told of a write for machine that its fence refused.
+	Fenced(machine string)
+}
+
+// SetOwner makes the queue drive only the machines o says it owns; call it
+// before Run. A queue without an owner drives every machine.
+func (q *Queue) SetOwner(o Owner) {
+	q.mu.Lock()
+	q.owner = o
+	q.mu.Unlock()
+}
+
+// owns is Owner.Owns, or ctx and true without an owner.
+func (q *Queue) owns(ctx context.Context, machine string) (context.Context, bool) {
+	q.mu.Lock()
+	o := q.owner
+	q.mu.Unlock()
+	if o == nil {
+		return ctx, true
+	}
+	return o.Owns(ctx, machine)
+}
+
+// fenced tells the owner about err if it is a fence's refusal, and reports
+// whether it was.
+func (q *Queue) fenced(machine string, err error) bool {
+	if !errors.Is(err, kv.ErrFenced) {
+		return false
+	}
+	q.mu.Lock()
+	o := q.owner
+	q.mu.Unlock()
+	if o != nil {
+		o.Fenced(machine)
+	}
+	return true
+}
+
+// errNotOwner ends a request's run when this agent stopped driving the
+// machine's BMC: it stays open for the agent that drives it now.
+var errNotOwner = errors.New("this agent no longer drives the machine's BMC")
+
+// Resume kicks every machine with open requests: an agent that just won
+// the leadership of a shard takes over that shard's pending requests and
+// those another agent left running (its workers skip the machines it does
+// not own).
+func (q *Queue) Resume() {
+	ids, err := q.st.MachinesWithOpenPower()
+	if err != nil {
+		q.log.Error("power queue: list open requests", "err", err)
+		return
+	}
+	for _, id := range ids {
+		q.Kick(id)
+	}
 }
 
 type worker struct {
@@ -198,13 +266,7 @@ func (q *Queue) Run(ctx context.Context) error {
 // even if a notification was missed, and a restart resumes everything) and
 // schedules the status polls that are due.
 func (q *Queue) sweep(now time.Time) {
-	ids, err := q.st.MachinesWithOpenPower()
-	if err != nil {
-		q.log.Error("power queue: list open requests", "err", err)
-	}
-	for _, id := range ids {
-		q.Kick(id)
-	}
+	q.Resume()
 	if q.cfg.PollInterval <= 0 {
 		return
 	}
@@ -307,7 +369,9 @@ func (q *Queue) run(ctx context.Context, w *worker) {
 		if w.pollDue {
 			w.pollDue = false
 			q.mu.Unlock()
-			q.poll(ctx, w)
+			if pctx, ok := q.owns(ctx, w.id); ok {
+				q.poll(pctx, w)
+			}
 			continue
 		}
 		delete(q.workers, w.id)
@@ -385,6 +449,11 @@ func coalesce(open []store.PowerRequest) (winner store.PowerRequest, fold []stri
 // step handles one coalesced batch of a machine's open requests; it reports
 // whether there was any.
 func (q *Queue) step(ctx context.Context, w *worker) (bool, error) {
+	// Another agent drives this machine: its requests are that agent's.
+	ctx, ok := q.owns(ctx, w.id)
+	if !ok {
+		return false, nil
+	}
 	open, err := q.st.OpenPowerRequests(w.id)
 	if err != nil || len(open) == 0 {
 		return false, err
@@ -392,6 +461,10 @@ func (q *Queue) step(ctx context.Context, w *worker) (bool, error) {
 	winner, fold, nextBoot := coalesce(open)
 	resumed := winner.State == store.PowerRunning
 	r, err := q.st.StartPower(ctx, winner.ID, fold)
+	if q.fenced(w.id, err) {
+		q.log.Info("power queue: lost the machine's shard before starting; its new owner runs the request", "request", winner.ID, "machine", w.id)
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("start %s: %w", winner.ID, err)
 	}
@@ -464,8 +537,16 @@ func (q *Queue) execute(ctx context.Context, w *worker, r store.PowerRequest, ne
 		// Shutting down: the request stays open and is resumed on restart.
 		return
 	}
+	if errors.Is(err, errNotOwner) || q.fenced(r.Machine, err) {
+		// The shard passed to another agent: the request stays open (or
+		// running) and that agent resumes it, as after a crash.
+		q.log.Warn("power queue: lost the machine's shard mid-request; its new owner resumes it", "request", r.ID, "machine", r.Machine, "err", err)
+		return
+	}
 	if errors.Is(err, errNewer) {
-		if serr := q.st.SupersedePower(context.WithoutCancel(ctx), r.ID, j.newer); serr != nil {
+		if serr := q.st.SupersedePower(context.WithoutCancel(ctx), r.ID, j.newer); q.fenced(r.Machine, serr) {
+			return
+		} else if serr != nil {
 			q.log.Error("power queue: supersede", "request", r.ID, "err", serr)
 		}
 		q.m.requests.WithLabelValues(string(r.Action), "superseded").Inc()
@@ -487,6 +568,10 @@ func (q *Queue) finish(ctx context.Context, j *job, err error) {
 		state, text = store.PowerFailed, err.Error()
 	}
 	r, ferr := q.st.FinishPower(context.WithoutCancel(ctx), j.r.ID, state, j.r.Attempts, text, j.observed)
+	if q.fenced(j.r.Machine, ferr) {
+		q.log.Warn("power queue: lost the machine's shard before recording the outcome; its new owner verifies it", "request", j.r.ID, "machine", j.r.Machine, "outcome", state)
+		return
+	}
 	if ferr != nil {
 		q.log.Error("power queue: finish", "request", j.r.ID, "err", ferr)
 		return
@@ -601,7 +686,7 @@ func (j *job) run(ctx context.Context, nextBoot string, resumed bool) error {
 		default:
 			return fmt.Errorf("unknown power action %q", r.Action)
 		}
-		if err == nil || errors.Is(err, errNewer) || ctx.Err() != nil {
+		if err == nil || errors.Is(err, errNewer) || ctx.Err() != nil || lost(err) {
 			return err
 		}
 		last = err
@@ -680,7 +765,7 @@ func (j *job) cycle(ctx context.Context, boot power.BootDevice) error {
 		}
 	}
 	err := j.verify(ctx, power.StateOn)
-	if err == nil || errors.Is(err, errNewer) || ctx.Err() != nil {
+	if err == nil || errors.Is(err, errNewer) || ctx.Err() != nil || lost(err) {
 		return err
 	}
 	// Still not on after the deadline: power on (retried by run as an on
@@ -703,8 +788,12 @@ func (j *job) cycle(ctx context.Context, boot power.BootDevice) error {
 // notSent reports errors that mean the command cannot have been executed:
 // the session was never established or the breaker refused it.
 func notSent(err error) bool {
-	return errors.Is(err, power.ErrAuth) || errors.Is(err, power.ErrUnreachable) || errors.Is(err, errBreakerOpen)
+	return errors.Is(err, power.ErrAuth) || errors.Is(err, power.ErrUnreachable) || errors.Is(err, errBreakerOpen) || errors.Is(err, errNotOwner)
 }
+
+// lost reports errors that mean this agent no longer drives the machine:
+// nothing is retried, the request is left to the agent that does.
+func lost(err error) bool { return errors.Is(err, errNotOwner) || errors.Is(err, kv.ErrFenced) }
 
 // verify polls the status until it reads want or the verify deadline passes.
 // A driver that cannot read the status (manual: StateUnknown or
@@ -720,6 +809,8 @@ func (j *job) verify(ctx context.Context, want power.State) error {
 		case errors.Is(err, power.ErrUnsupported), err == nil && s == power.StateUnknown:
 			// The driver cannot read the power (manual): nothing to wait for.
 			return nil
+		case lost(err):
+			return err
 		case err != nil:
 			lastErr = err
 		}
@@ -751,8 +842,14 @@ func (j *job) cmdStatus(ctx context.Context) (power.State, error) {
 	return s, err
 }
 
-// cmd runs one BMC command for the job's request.
+// cmd runs one BMC command for the job's request, if this agent still
+// drives the machine: the last look before the wire, which narrows (but
+// cannot close: docs/ARCHITECTURE.md) the window in which an agent that
+// lost the shard without knowing it yet still sends.
 func (j *job) cmd(ctx context.Context, action string, fn func(context.Context) error) error {
+	if _, ok := j.q.owns(ctx, j.r.Machine); !ok {
+		return errNotOwner
+	}
 	return j.q.command(power.WithRequestID(ctx, j.r.ID), j.target.Address, j.target.Driver, action, fn)
 }
 

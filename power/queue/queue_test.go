@@ -758,3 +758,77 @@ func TestStopWhileKicked(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// owner owns the machines in its set.
+type owner struct {
+	mu     sync.Mutex
+	owned  map[string]bool
+	fenced int
+}
+
+func (o *owner) Owns(ctx context.Context, machine string) (context.Context, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return ctx, o.owned[machine]
+}
+
+func (o *owner) Fenced(string) {
+	o.mu.Lock()
+	o.fenced++
+	o.mu.Unlock()
+}
+
+func (o *owner) set(machine string, owned bool) {
+	o.mu.Lock()
+	o.owned[machine] = owned
+	o.mu.Unlock()
+}
+
+// TestOwner: a queue with an owner drives only the machines it owns; a
+// machine it stops owning mid-request is left with its request open (for
+// the agent that owns it now), and taken up again, resumed, once owned.
+func TestOwner(t *testing.T) {
+	h := newHarness(t, fastConfig())
+	h.stop()
+	o := &owner{owned: map[string]bool{}}
+	h.q.SetOwner(o)
+	mine, mineKey := h.machine("mine", "bmc1")
+	other, otherKey := h.machine("other", "bmc2")
+	o.set(mine, true)
+	rOther := h.request(other, store.PowerOn)
+	rMine := h.request(mine, store.PowerOn)
+	h.start()
+	h.waitFinal(rMine.ID)
+	if got := h.get(rOther.ID); got.State != store.PowerPending || h.fake.Count(otherKey, powertest.CmdOn) != 0 {
+		t.Fatalf("a machine the queue does not own: %+v, %d ons sent", got, h.fake.Count(otherKey, powertest.CmdOn))
+	}
+	o.set(other, true)
+	h.q.Resume()
+	h.waitFinal(rOther.ID)
+	if got := h.get(rOther.ID); got.State != store.PowerDone {
+		t.Fatalf("once owned: %+v", got)
+	}
+
+	// Lost while the command is on the wire: the command finishes, the
+	// verification is not sent, the request stays running.
+	h.fake.Hang("bmc1")
+	rLost := h.request(mine, store.PowerOff)
+	h.waitFor("the off on the wire", func() bool { return h.get(rLost.ID).State == store.PowerRunning && h.fake.InFlight() == 1 })
+	before := h.fake.Count(mineKey, powertest.CmdStatus)
+	o.set(mine, false)
+	h.fake.Release("bmc1")
+	h.waitFor("the worker to give the machine up", func() bool {
+		h.q.mu.Lock()
+		defer h.q.mu.Unlock()
+		return h.q.workers[mine] == nil
+	})
+	if got := h.get(rLost.ID); got.State != store.PowerRunning || h.fake.Count(mineKey, powertest.CmdStatus) != before {
+		t.Fatalf("lost mid-request: %+v, %d status reads after the loss", got, h.fake.Count(mineKey, powertest.CmdStatus)-before)
+	}
+	o.set(mine, true)
+	h.q.Resume()
+	h.waitFinal(rLost.ID)
+	if got := h.get(rLost.ID); got.State != store.PowerDone || h.fake.State(mineKey) != power.StateOff {
+		t.Fatalf("resumed by its owner: %+v, power %v", got, h.fake.State(mineKey))
+	}
+}
