@@ -18,8 +18,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
+	"rackd/cluster"
 	"rackd/images"
 	"rackd/internal/atomicfile"
 	"rackd/internal/consolelog"
@@ -51,9 +53,14 @@ type Agent struct {
 	phases *phaseMetrics
 	osm    *osMetrics
 
-	cfg     Config
-	log     *slog.Logger
-	store   *store.Store
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	// etcd is the store's etcd client (nil on a bbolt store), and cluster
+	// this agent's part in the cluster of agents sharing it (nil: alone,
+	// it leads everything).
+	etcd    *clientv3.Client
+	cluster *cluster.Node
 	metrics *metrics
 	// releases carries machines whose release was committed and whose
 	// completion (power off, then READY) is due.
@@ -159,6 +166,9 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	}
 	a.store = s
 	a.onClose("store", s.Close)
+	if err := a.newCluster(cfg, a.etcd); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	if cfg.DNS.Listen != "" {
 		a.dns = dns.New(dns.Config{Listen: cfg.DNS.Listen, TTL: time.Duration(cfg.DNS.TTL)},
 			dnsZone{s}, log.With("service", "dns"), a.metrics.reg)
@@ -354,6 +364,9 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	g.Go(func() error { a.watchdog(gctx); return nil })
 	g.Go(func() error { a.releaser(gctx); return nil })
 	g.Go(func() error { return a.power.Run(gctx) })
+	if a.cluster != nil {
+		g.Go(func() error { return a.runCluster(gctx) })
+	}
 	// It ends the console sessions as it stops: their connections are
 	// hijacked, which the HTTP server's shutdown does not wait for.
 	g.Go(func() error { a.recorder.run(gctx); return nil })

@@ -97,8 +97,9 @@ type Config struct {
 		Listen string   `toml:"listen"`
 		TTL    Duration `toml:"ttl"`
 	} `toml:"dns"`
-	Power PowerConfig `toml:"power"`
-	Boot  struct {
+	Power   PowerConfig   `toml:"power"`
+	Cluster ClusterConfig `toml:"cluster"`
+	Boot    struct {
 		DefaultFirst int `toml:"default_first"`
 	} `toml:"boot"`
 	Enlist struct {
@@ -246,6 +247,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Console.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Cluster.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.DNS.Listen != "" {

@@ -48,7 +48,7 @@ func (a *Agent) newDHCP(cfg Config) (*dhcp.Server, error) {
 	}
 	srv, err := dhcp.New(dhcp.Config{Interfaces: cfg.DHCP.Interfaces, Addrs: addrs, Port: port,
 		Workers: cfg.DHCP.Workers, QueueSize: cfg.DHCP.Queue},
-		dhcpLeases{a.store}, prober, boot, a.log.With("service", "dhcp"), a.metrics.reg)
+		dhcpLeases{a.store, a.cluster}, prober, boot, a.log.With("service", "dhcp"), a.metrics.reg)
 	if err != nil {
 		return nil, err // New closes the probers
 	}
@@ -64,21 +64,8 @@ type onLinkProber struct {
 
 func (p *onLinkProber) InUse(ctx context.Context, ip netip.Addr) (string, bool, error) {
 	for _, name := range p.ifaces {
-		ifc, err := net.InterfaceByName(name)
-		if err != nil {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, ad := range addrs {
-			n, ok := ad.(*net.IPNet)
-			if !ok {
-				continue
-			}
-			pfx, err := netip.ParsePrefix(n.String())
-			if err != nil || !pfx.Masked().Contains(ip) {
+		for _, pfx := range linkPrefixes(name) {
+			if !pfx.Masked().Contains(ip) {
 				continue
 			}
 			mac, inUse, err := p.set.Probe(ctx, name, ip)
@@ -89,4 +76,26 @@ func (p *onLinkProber) InUse(ctx context.Context, ip netip.Addr) (string, bool, 
 		}
 	}
 	return "", false, nil
+}
+
+// linkPrefixes are the addresses of interface name with their prefixes
+// (none when it is gone).
+func linkPrefixes(name string) []netip.Prefix {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, ad := range addrs {
+		if n, ok := ad.(*net.IPNet); ok {
+			if p, err := netip.ParsePrefix(n.String()); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }

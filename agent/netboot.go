@@ -2,16 +2,26 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
 
+	"rackd/cluster"
 	"rackd/netboot/dhcp"
 	"rackd/store"
+	"rackd/store/kv"
 )
 
-// dhcpLeases adapts the store's address management to the DHCP server.
-type dhcpLeases struct{ s *store.Store }
+// dhcpLeases adapts the store's address management to the DHCP server. With
+// several agents on one store (c not nil) it answers only the subnets this
+// agent leads (dhcpLead), and every write for them carries the
+// leadership's fence.
+type dhcpLeases struct {
+	s *store.Store
+	c *cluster.Node
+}
 
 var _ dhcp.Leases = dhcpLeases{}
 
@@ -20,6 +30,20 @@ func leaseRequest(r dhcp.Request) store.LeaseRequest {
 }
 
 // dhcpError turns the store's refusals into the DHCP server's vocabulary.
+func (d dhcpLeases) dhcpError(err error) error {
+	if errors.Is(err, kv.ErrFenced) {
+		// The leadership was lost while the write was on its way (this
+		// agent was paused or cut off): the new leader answers. Silence,
+		// not a NAK: a NAK from a server that no longer owns the subnet
+		// would make a renewing client drop an address the new leader
+		// would renew; silent, the client retries and rebinds (RFC 2131
+		// section 4.4.5) to whoever answers now.
+		d.c.CountFenced(cluster.KindDHCP)
+		return fmt.Errorf("%w: %w", dhcp.ErrNotLeader, err)
+	}
+	return dhcpError(err)
+}
+
 func dhcpError(err error) error {
 	switch store.CodeOf(err) {
 	case "":
@@ -40,17 +64,25 @@ func leaseOf(g store.Grant) dhcp.Lease {
 }
 
 func (d dhcpLeases) Offer(ctx context.Context, r dhcp.Request) (dhcp.Lease, error) {
+	ctx, err := dhcpLead(ctx, d, r.Link)
+	if err != nil {
+		return dhcp.Lease{}, err
+	}
 	g, err := d.s.DHCPOffer(ctx, leaseRequest(r))
 	if err != nil {
-		return dhcp.Lease{}, dhcpError(err)
+		return dhcp.Lease{}, d.dhcpError(err)
 	}
 	return leaseOf(g), nil
 }
 
 func (d dhcpLeases) Ack(ctx context.Context, r dhcp.Request) (dhcp.Lease, error) {
+	ctx, err := dhcpLead(ctx, d, r.Link)
+	if err != nil {
+		return dhcp.Lease{}, err
+	}
 	g, err := d.s.DHCPAck(ctx, leaseRequest(r))
 	if err != nil {
-		return dhcp.Lease{}, dhcpError(err)
+		return dhcp.Lease{}, d.dhcpError(err)
 	}
 	return leaseOf(g), nil
 }
@@ -60,9 +92,13 @@ var _ dhcp.AsyncAcker = dhcpLeases{}
 // AckAsync implements dhcp.AsyncAcker: the server answers from the commit's
 // completion instead of parking a worker on it.
 func (d dhcpLeases) AckAsync(ctx context.Context, r dhcp.Request, done func(dhcp.Lease, error)) error {
+	ctx, err := dhcpLead(ctx, d, r.Link)
+	if err != nil {
+		return err
+	}
 	return d.s.DHCPAckAsync(ctx, leaseRequest(r), func(g store.Grant, err error) {
 		if err != nil {
-			done(dhcp.Lease{}, dhcpError(err))
+			done(dhcp.Lease{}, d.dhcpError(err))
 			return
 		}
 		done(leaseOf(g), nil)
@@ -75,19 +111,37 @@ var _ dhcp.GroupAcker = dhcpLeases{}
 // group commits, and end runs once a commit has answered them all.
 func (d dhcpLeases) OnGroupEnd(end func()) { d.s.OnAnswered(end) }
 
+// Release, Decline and Conflict name an address, which selects the subnet
+// (and so its leader).
+
 func (d dhcpLeases) Release(ctx context.Context, mac net.HardwareAddr, ip netip.Addr) error {
-	return d.s.DHCPRelease(ctx, mac.String(), ip)
+	ctx, err := dhcpLead(ctx, d, ip)
+	if err != nil {
+		return err
+	}
+	return d.dhcpError(d.s.DHCPRelease(ctx, mac.String(), ip))
 }
 
 func (d dhcpLeases) Decline(ctx context.Context, mac net.HardwareAddr, ip netip.Addr) error {
-	return dhcpError(d.s.DHCPDecline(ctx, mac.String(), ip))
+	ctx, err := dhcpLead(ctx, d, ip)
+	if err != nil {
+		return err
+	}
+	return d.dhcpError(d.s.DHCPDecline(ctx, mac.String(), ip))
 }
 
 func (d dhcpLeases) Conflict(ctx context.Context, ip netip.Addr, by net.HardwareAddr) error {
-	return dhcpError(d.s.Quarantine(ctx, ip, by.String(), "answered an ARP probe before a DHCP offer"))
+	ctx, err := dhcpLead(ctx, d, ip)
+	if err != nil {
+		return err
+	}
+	return d.dhcpError(d.s.Quarantine(ctx, ip, by.String(), "answered an ARP probe before a DHCP offer"))
 }
 
 func (d dhcpLeases) Subnet(ctx context.Context, link netip.Addr) (dhcp.Lease, error) {
+	if _, err := dhcpLead(ctx, d, link); err != nil {
+		return dhcp.Lease{}, err
+	}
 	sn, err := d.s.SubnetFor(link)
 	if err != nil {
 		return dhcp.Lease{}, dhcpError(err)

@@ -35,6 +35,10 @@ func (a *Agent) newPower(cfg Config) error {
 	}
 	a.power = queue.New(a.store, a.powerDrivers, cfg.Power.queueConfig(), a.log.With("service", "power"),
 		queue.NewMetrics(a.metrics.reg))
+	if a.cluster != nil {
+		// Several agents: this one drives the BMCs of the shards it leads.
+		a.power.SetOwner(powerOwner{a.cluster})
+	}
 	a.power.OnFinish(func(r store.PowerRequest) {
 		if a.recorder != nil {
 			a.recorder.powered(r)

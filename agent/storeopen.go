@@ -27,6 +27,7 @@ func (a *Agent) openStore(cfg Config, opts store.Options) (*store.Store, error) 
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	a.onClose("etcd client", cli.Close)
+	a.etcd = cli
 	// A batch of operations in one etcd transaction would add up against
 	// its per-transaction limits: the engine takes one at a time.
 	opts.MaxBatch = 0

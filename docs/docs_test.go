@@ -16,7 +16,7 @@ const root = ".."
 
 var (
 	// pathRef is a backquoted repository path: `store/alloc.go`, `power/queue/`.
-	pathRef = regexp.MustCompile("`((?:agent|appliance|store|netboot|power|images|nocloud|enlist|initramfs|internal|scripts|bench|e2e|docs)(?:/[A-Za-z0-9_.-]+)*/?)`")
+	pathRef = regexp.MustCompile("`((?:agent|appliance|cluster|store|netboot|power|images|nocloud|enlist|initramfs|internal|scripts|bench|e2e|docs)(?:/[A-Za-z0-9_.-]+)*/?)`")
 	// declRef is a file followed by a name it declares: `store/store.go` `commitLoop`.
 	declRef = regexp.MustCompile("`([a-z0-9_/]+\\.go)` `([A-Za-z_][A-Za-z0-9_]*)`")
 )

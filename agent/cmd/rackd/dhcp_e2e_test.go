@@ -86,20 +86,8 @@ func newE2ELab(t *testing.T) *e2eLab {
 	if err := os.WriteFile(l.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l.client = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
-		MaxIdleConnsPerHost: 4,
-		// rackd's loopback is the server namespace's: dial there.
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := srv.Do(func() error {
-				var err error
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
-	}}
-	t.Cleanup(l.client.CloseIdleConnections)
+	// rackd's loopback is the server namespace's: dial there.
+	l.client = nsClient(t, srv)
 	l.start(t)
 	l.token = adminToken(t, l.state)
 	return l
