@@ -117,9 +117,10 @@ appliance-image-check: test-deps
 		if [ "$$a" != "$$b" ]; then echo "appliance-image-check: $$f differs between two builds of the same commit" >&2; exit 1; fi; \
 		echo "appliance-image-check: $$f reproducible: $${a%% *}"; done
 
-## e2e: only the real-VM end-to-end tests (root, QEMU; make test runs them too)
+## e2e: only the real-VM end-to-end tests (root, QEMU; make test runs them too,
+##   all but TestE2ERedfishCommissionDeploy and TestE2EBMCSetup: RACKD_E2E_ALL=1)
 e2e: test-deps enlist-image
-	CGO_ENABLED=1 $(GO) test -count=1 -v -timeout 30m ./e2e/
+	RACKD_E2E_ALL=1 CGO_ENABLED=1 $(GO) test -count=1 -v -timeout 30m ./e2e/
 	@$(MAKE) --no-print-directory e2e-appliance
 
 ## e2e-appliance: the appliance image's real-VM tests (root, QEMU, OVMF, dnsmasq):

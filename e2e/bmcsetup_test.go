@@ -26,6 +26,7 @@ import (
 // `user list` shows the user, and rackd powers the VM off through it.
 func TestE2EBMCSetup(t *testing.T) {
 	requireVM(t)
+	requireAllE2E(t, "the set-up's IPMI commands are checked against ipmi_sim over RMCP+ (enlist/bmc), and the store's rule for the report in store/bmcsetup_test.go")
 	netnstest.Tool(t, "ipmi_sim")
 	netnstest.Tool(t, "ipmitool")
 	img := enlistImage(t)

@@ -26,6 +26,17 @@ func requireVM(t *testing.T) {
 	netnstest.Tool(t, "qemu-system-x86_64")
 }
 
+// requireAllE2E skips a real-VM test that make e2e runs and make test
+// leaves out (RACKD_E2E_ALL=1 runs it): one whose protocol is also checked
+// against its real peer outside a VM, kept out of make test so that make
+// test stays within half an hour on two cores.
+func requireAllE2E(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("RACKD_E2E_ALL") == "" {
+		t.Skipf("make e2e runs it (RACKD_E2E_ALL=1), make test does not: %s", why)
+	}
+}
+
 // cmdlines returns the kernel command lines the console shows, in boot
 // order.
 func cmdlines(console string) []string {

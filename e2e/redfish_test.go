@@ -18,6 +18,7 @@ import (
 // first power command and every session the driver opened closed.
 func TestE2ERedfishCommissionDeploy(t *testing.T) {
 	requireVM(t)
+	requireAllE2E(t, "the Redfish driver's power and one-time boot override are checked through the API against the simulated BMC, itself checked by redfishtool and sushy (agent TestPowerRedfish)")
 	if !diskDriversListed(t) && os.Getenv("RACKD_E2E_IMAGE") == "" {
 		t.Skip("initramfs/modules.txt lists no disk driver (virtio_blk): the environment cannot see the VM's disk")
 	}
