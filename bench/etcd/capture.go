@@ -29,6 +29,9 @@ type capture struct {
 	fd   int
 	mu   sync.Mutex
 	acks []ack
+	// packets counts every packet read, replies those from port 67 (what
+	// the error of a run that saw no ACK says).
+	packets, replies int
 	done chan struct{} // closed by stop
 	gone chan struct{} // closed by the reader once it closed fd
 }
@@ -119,33 +122,48 @@ func (c *capture) read() {
 		if err != nil {
 			continue // the timeout, or an interrupted call
 		}
-		if a, ok := parseAck(buf[:n]); ok {
-			a.at = time.Now()
-			c.mu.Lock()
-			c.acks = append(c.acks, a)
-			c.mu.Unlock()
+		a, reply, ok := parseAck(buf[:n])
+		c.mu.Lock()
+		c.packets++
+		if reply {
+			c.replies++
 		}
+		if ok {
+			a.at = time.Now()
+			c.acks = append(c.acks, a)
+		}
+		c.mu.Unlock()
 	}
 }
 
-// parseAck reads an IPv4/UDP packet to port 68 holding a DHCPACK.
-func parseAck(p []byte) (ack, bool) {
+// parseAck reads an IPv4/UDP packet from port 67 (a server's reply)
+// holding a DHCPACK (ok).
+func parseAck(p []byte) (_ ack, reply, ok bool) {
 	if len(p) < 20 || p[0]>>4 != 4 || p[9] != unix.IPPROTO_UDP {
-		return ack{}, false
+		return ack{}, false, false
 	}
 	ihl := int(p[0]&15) * 4
-	if len(p) < ihl+8 || binary.BigEndian.Uint16(p[ihl+2:]) != 68 {
-		return ack{}, false
+	// From a server's port 67: to the client's 68, or to a relay's 67
+	// (perfdhcp puts its address in giaddr even when it broadcasts).
+	if len(p) < ihl+8 || binary.BigEndian.Uint16(p[ihl:]) != 67 {
+		return ack{}, false, false
 	}
 	m, err := dhcpv4.FromBytes(p[ihl+8:])
 	if err != nil || m.MessageType() != dhcpv4.MessageTypeAck {
-		return ack{}, false
+		return ack{}, true, false
 	}
 	server := ""
 	if id := m.ServerIdentifier(); id != nil {
 		server = id.String()
 	}
-	return ack{mac: m.ClientHWAddr.String(), ip: m.YourIPAddr.String(), server: server}, true
+	return ack{mac: m.ClientHWAddr.String(), ip: m.YourIPAddr.String(), server: server}, true, true
+}
+
+// counts is how many packets and replies the capture read so far.
+func (c *capture) counts() (packets, replies int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.packets, c.replies
 }
 
 // stop ends the capture and returns what it saw.

@@ -19,8 +19,8 @@
 //   - *_alloc_per_s: allocations through the HTTP API from 16 clients, on a
 //     pool of READY machines made through the API first.
 //   - failover_s, duplicates, lost: three agents on one etcd prefix, DHCP
-//     clients broadcasting on the bridge (perfdhcp, not relayed, so every
-//     agent hears every client) at a fixed rate; a third of the way in, the
+//     clients broadcasting on the bridge (perfdhcp given the bridge and no
+//     server, so every agent hears every client) at a fixed rate; a third of the way in, the
 //     agent that answers is killed (SIGKILL). A packet socket on the bridge
 //     records every DHCPACK: failover_s is the time from the kill to the
 //     first ACK of another agent; duplicates counts addresses acknowledged
@@ -68,6 +68,7 @@ type bench struct {
 	etcd     *etcdtest.Cluster
 	storeURL string
 	runs     int // agents started so far: each run's etcd prefix is its own
+	logLevel string
 
 	period, steps, start, maxRate int
 	loss                          float64
@@ -86,7 +87,13 @@ func run() error {
 	foPeriod := flag.Int("failover-period", 30, "seconds of the failover run")
 	dir := flag.String("dir", "bench/out", "scratch directory")
 	timeout := flag.Duration("timeout", 45*time.Minute, "bound of the whole run")
+	logLevel := flag.String("log-level", "warn", "the agents' log level (their output is printed when one fails)")
+	phases := flag.String("phases", "rate,alloc,failover", "the phases to run (a figure of a phase left out prints as 0)")
 	flag.Parse()
+	run := map[string]bool{}
+	for _, p := range strings.Split(*phases, ",") {
+		run[strings.TrimSpace(p)] = true
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespaces)")
 	}
@@ -124,7 +131,7 @@ func run() error {
 	}
 	defer t.close()
 	b := &bench{t: t, bin: abs, work: work, period: *period, steps: *steps, start: *start,
-		maxRate: *maxRate, loss: 1}
+		maxRate: *maxRate, loss: 1, logLevel: *logLevel}
 	b.etcd, err = etcdtest.LaunchWith(3, filepath.Join(work, "etcd"),
 		etcdtest.LaunchOptions{Netns: t.srv, Dial: benchns.Dialer(t.srv)})
 	if b.etcd != nil {
@@ -145,6 +152,9 @@ func run() error {
 	rates := map[string][]float64{}
 	kinds := []string{"bbolt", "etcd"}
 	for rep := range *reps {
+		if !run["rate"] {
+			break
+		}
 		for i := range kinds {
 			kind := kinds[(rep+i)%len(kinds)]
 			best, err := b.search(ctx, fmt.Sprintf("rep %d %s", rep+1, kind), kind)
@@ -159,6 +169,9 @@ func run() error {
 	// Allocations through the API.
 	alloc := map[string]float64{}
 	for _, kind := range kinds {
+		if !run["alloc"] {
+			break
+		}
 		a, err := b.startOne(ctx, kind)
 		if err != nil {
 			return err
@@ -172,9 +185,11 @@ func run() error {
 		alloc[kind] = r
 	}
 
-	fo, err := b.failover(ctx, *foRate, *foPeriod)
-	if err != nil {
-		return fmt.Errorf("failover: %w", err)
+	var fo failoverResult
+	if run["failover"] {
+		if fo, err = b.failover(ctx, *foRate, *foPeriod); err != nil {
+			return fmt.Errorf("failover: %w", err)
+		}
 	}
 	fmt.Println("end:", uptime(ctx))
 	e, bb := median(rates["etcd"]), median(rates["bbolt"])
@@ -307,6 +322,9 @@ func (b *bench) failover(ctx context.Context, rate, period int) (failoverResult,
 	if err != nil {
 		return res, err
 	}
+	// With an interface and no server, perfdhcp broadcasts on the bridge
+	// (every agent hears every client) with the bridge's address as giaddr
+	// (the leader answers there).
 	args := []string{"-4", "-l", b.t.bridge, "-r", strconv.Itoa(rate), "-R", "60000",
 		"-p", strconv.Itoa(period), "-W", "1000000"}
 	fmt.Printf("failover: perfdhcp %s\n", strings.Join(args, " "))
@@ -324,8 +342,14 @@ func (b *bench) failover(ctx context.Context, rate, period int) (failoverResult,
 	}
 	seen := c.snapshot()
 	if len(seen) == 0 {
+		packets, replies := c.counts()
 		c.stop()
-		return res, fmt.Errorf("no agent answered in %ds", period/3)
+		var outs []string
+		for _, a := range agents {
+			outs = append(outs, fmt.Sprintf("--- %s:\n%s", a.name, a.proc.Out))
+		}
+		return res, fmt.Errorf("no agent answered in %ds (the capture read %d packets, %d of them from port 67)\n%s",
+			period/3, packets, replies, strings.Join(outs, "\n"))
 	}
 	before := map[string]int{}
 	for _, a := range seen {

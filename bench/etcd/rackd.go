@@ -59,7 +59,7 @@ func (b *bench) startAgent(ctx context.Context, s agentSpec) (*agentProc, error)
 		http: &http.Client{Timeout: 30 * time.Second,
 			Transport: &http.Transport{DialContext: benchns.Dialer(b.t.srv), MaxIdleConnsPerHost: 64}}}
 	p, err := benchns.StartProc(b.t.srv, -1, nil, b.bin, "serve", "--config", path, "--state-dir", a.state,
-		"--listen", s.ip+":5240", "--log-level", "warn")
+		"--listen", s.ip+":5240", "--log-level", b.logLevel)
 	if err != nil {
 		return nil, err
 	}
