@@ -35,6 +35,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"rackd/store/kv"
@@ -185,6 +186,25 @@ func (t *tx) key(kind, bucket string, k []byte) string {
 
 func (t *tx) meta(kind, bucket string) string { return t.db.prefix + kind + "/" + bucket }
 
+// rangeAt reads at the transaction's snapshot. The first read is
+// linearizable: it fixes the snapshot at the cluster's revision, newer than
+// every write committed before it. Later reads name that revision and are
+// served by the member the client asks without a round of the leader's
+// (serializable): a revision's contents never change once applied, so any
+// member that applied it answers the same; one that has not yet says so
+// (a future revision), and the read is asked again, linearizably.
+func (t *tx) rangeAt(key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if t.rev == 0 {
+		return t.db.cli.Get(t.ctx, key, opts...)
+	}
+	opts = append(opts, clientv3.WithRev(t.rev))
+	resp, err := t.db.cli.Get(t.ctx, key, append(opts, clientv3.WithSerializable())...)
+	if errors.Is(err, rpctypes.ErrFutureRev) {
+		resp, err = t.db.cli.Get(t.ctx, key, opts...)
+	}
+	return resp, err
+}
+
 // get reads key at the snapshot (its own writes first) and records it.
 func (t *tx) get(key string) []byte {
 	if w, ok := t.writes[key]; ok {
@@ -199,11 +219,7 @@ func (t *tx) get(key string) []byte {
 	if t.err != nil {
 		return nil
 	}
-	opts := []clientv3.OpOption{}
-	if t.rev > 0 {
-		opts = append(opts, clientv3.WithRev(t.rev))
-	}
-	resp, err := t.db.cli.Get(t.ctx, key, opts...)
+	resp, err := t.rangeAt(key)
 	if err != nil {
 		t.err = fmt.Errorf("etcdkv: get %q: %w", key, err)
 		return nil
@@ -249,12 +265,8 @@ func (t *tx) walk(bucket string) []pair {
 	merged := map[string][]byte{}
 	from := start
 	for t.err == nil {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(pageSize),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
-		if t.rev > 0 {
-			opts = append(opts, clientv3.WithRev(t.rev))
-		}
-		resp, err := t.db.cli.Get(t.ctx, from, opts...)
+		resp, err := t.rangeAt(from, clientv3.WithRange(end), clientv3.WithLimit(pageSize),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 		if err != nil {
 			t.err = fmt.Errorf("etcdkv: range of bucket %q: %w", bucket, err)
 			break
