@@ -38,7 +38,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -242,10 +244,19 @@ func (b *bench) search(ctx context.Context, tag, kind string) (float64, error) {
 		if err != nil {
 			return 0, err
 		}
+		rpc0 := b.etcdRPCs(ctx)
 		rep, err := perfdhcp.Run(ctx, b.t.cli, r, b.period)
+		rpc1 := b.etcdRPCs(ctx)
 		a.proc.Stop(10 * time.Second)
 		if err != nil {
 			return 0, err
+		}
+		if kind == "etcd" && rep.Acks() > 0 {
+			var per []string
+			for _, m := range []string{"Range", "Txn", "Put", "LeaseKeepAlive"} {
+				per = append(per, fmt.Sprintf("%s %.2f", m, float64(rpc1[m]-rpc0[m])/float64(rep.Acks())))
+			}
+			fmt.Printf("%s -r %d: etcd requests per DORA (all members): %s\n", tag, r, strings.Join(per, ", "))
 		}
 		dora := float64(rep.Acks()) / float64(b.period)
 		lossOK := rep.LossPct() < b.loss
@@ -270,6 +281,41 @@ func (b *bench) search(ctx context.Context, tag, kind string) (float64, error) {
 		}
 	}
 	return best, nil
+}
+
+// etcdRPCs sums, over the members, the gRPC requests each has handled by
+// method (etcd's grpc_server_handled_total): what one DORA costs the
+// cluster.
+func (b *bench) etcdRPCs(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: benchns.Dialer(b.t.srv), DisableKeepAlives: true}}
+	for _, ep := range b.etcd.Endpoints() {
+		req, err := http.NewRequestWithContext(ctx, "GET", ep+"/metrics", nil)
+		if err != nil {
+			continue
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		resp.Body.Close()
+		for line := range strings.SplitSeq(string(body), "\n") {
+			if !strings.HasPrefix(line, "grpc_server_handled_total{") {
+				continue
+			}
+			_, m, ok := strings.Cut(line, `grpc_method="`)
+			if !ok {
+				continue
+			}
+			method, _, _ := strings.Cut(m, `"`)
+			f := strings.Fields(line)
+			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+				out[method] += v
+			}
+		}
+	}
+	return out
 }
 
 type failoverResult struct {
