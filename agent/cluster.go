@@ -123,7 +123,13 @@ func (a *Agent) runCluster(ctx context.Context) error {
 	t := time.NewTicker(time.Duration(a.cfg.Cluster.SessionTTL) / 2)
 	defer t.Stop()
 	for {
-		a.cluster.SetSubnets(a.dhcpSubnets())
+		if subnets, err := a.dhcpSubnets(); err != nil {
+			// Keep campaigning for what it had: a failed read is no
+			// reason to give a subnet up.
+			a.log.Warn("cluster: read the subnets", "err", err)
+		} else {
+			a.cluster.SetSubnets(subnets)
+		}
 		select {
 		case err := <-done:
 			return err
@@ -136,14 +142,13 @@ func (a *Agent) runCluster(ctx context.Context) error {
 // DHCP; every managed subnet when it listens for relays (a relay may bring
 // any of them); else those on its DHCP interfaces' links. An agent that
 // led a subnet it cannot hear would leave it unanswered.
-func (a *Agent) dhcpSubnets() []netip.Prefix {
+func (a *Agent) dhcpSubnets() ([]netip.Prefix, error) {
 	if a.dhcp == nil {
-		return nil
+		return nil, nil
 	}
 	subnets, err := a.store.Subnets()
 	if err != nil {
-		a.log.Warn("cluster: read the subnets", "err", err)
-		return nil
+		return nil, err
 	}
 	var links []netip.Prefix
 	for _, name := range a.cfg.DHCP.Interfaces {
@@ -162,7 +167,7 @@ func (a *Agent) dhcpSubnets() []netip.Prefix {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // dhcpLead is the DHCP gate: the subnet of link is answered only by the
