@@ -121,9 +121,10 @@ type Node struct {
 	m   *metrics
 
 	mu      sync.Mutex
-	held    map[string]Leadership // by elections' names (name)
-	subnets []netip.Prefix        // the DHCP campaigns wanted
-	changed chan struct{}         // a 1-slot kick: subnets changed
+	held    map[string]Leadership    // by elections' names (name)
+	handoff map[string]chan struct{} // closed: give that leadership up (balance)
+	subnets []netip.Prefix           // the DHCP campaigns wanted
+	changed chan struct{}            // a 1-slot kick: subnets changed
 	started time.Time
 }
 
@@ -159,7 +160,7 @@ func New(cli *clientv3.Client, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: metrics: %w", err)
 	}
-	return &Node{cli: cli, cfg: cfg, log: log, m: m, held: map[string]Leadership{},
+	return &Node{cli: cli, cfg: cfg, log: log, m: m, held: map[string]Leadership{}, handoff: map[string]chan struct{}{},
 		changed: make(chan struct{}, 1), started: time.Now().UTC()}, nil
 }
 
@@ -374,6 +375,7 @@ func (n *Node) runSession(ctx context.Context, s *concurrency.Session) {
 	defer cancel()
 	running := map[string]context.CancelFunc{}
 	go n.probe(ctx, s)
+	go n.balance(ctx, s)
 	for {
 		for name, stop := range running {
 			if !n.wanted(name) {
@@ -457,10 +459,18 @@ func (n *Node) campaign(ctx context.Context, s *concurrency.Session, kind Kind, 
 
 // lead holds l until it is lost or ctx ends (then it resigns); it reports
 // whether l was held at all.
+//
+// Only a leadership given up (ctx ended, not ready, handed over) is
+// resigned: resigning deletes the key if it is still ours (compared on its
+// create revision), so the next candidate leads at once. One whose watch
+// broke is not: its key, if still there, keeps its place at the head of
+// the line, and the next Campaign on the session finds it again.
 func (n *Node) lead(ctx context.Context, e *concurrency.Election, l Leadership) bool {
+	resign := false
 	defer func() {
-		// Given up or lost: resigning deletes the key if it is still ours
-		// (compared on its create revision), so the next one leads now.
+		if !resign {
+			return
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = e.Resign(rctx)
@@ -480,14 +490,26 @@ func (n *Node) lead(ctx context.Context, e *concurrency.Election, l Leadership) 
 			if ctx.Err() == nil {
 				n.log.Warn("cluster: won, but not ready to lead; giving it up", "kind", l.Kind, "key", l.Key, "err", err)
 			}
+			resign = true
 			return false
 		}
 	}
+	quit := make(chan struct{})
+	n.mu.Lock()
+	n.handoff[electionName(l.Kind, l.Key)] = quit
+	n.mu.Unlock()
 	n.set(l, true)
 	defer n.set(l, false)
 	for {
 		select {
 		case <-ctx.Done():
+			resign = true
+			return true
+		case <-quit:
+			resign = true
+			// Balance: resigning puts this agent at the back of the
+			// line, and the next candidate leads.
+			n.log.Info("cluster: handing a leadership over to even the load", "kind", l.Kind, "key", l.Key)
 			return true
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
@@ -512,6 +534,7 @@ func (n *Node) set(l Leadership, held bool) {
 		n.held[name] = l
 	} else {
 		delete(n.held, name)
+		delete(n.handoff, name)
 	}
 	n.mu.Unlock()
 	v := 0.0
@@ -527,6 +550,71 @@ func (n *Node) set(l Leadership, held bool) {
 	}
 	if n.cfg.OnChange != nil {
 		n.cfg.OnChange(l, held)
+	}
+}
+
+// balance evens the leaderships out among the agents, one handover per
+// kind every two TTLs: an agent that leads more of a kind than its share
+// (the elections it campaigns in over the live agents, rounded up) gives
+// one up where another candidate waits. The first agent to start wins
+// every election, and without this it would lead them all until it goes.
+// It converges: an agent only gives up what is over its share, and the
+// shares add up to at least the elections.
+func (n *Node) balance(ctx context.Context, s *concurrency.Session) {
+	t := time.NewTicker(2 * n.cfg.SessionTTL)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, n.cfg.SessionTTL)
+		n.balanceOnce(rctx)
+		cancel()
+	}
+}
+
+func (n *Node) balanceOnce(ctx context.Context) {
+	resp, err := n.cli.Get(ctx, agentsPrefix(n.cfg.Prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count < 2 {
+		return
+	}
+	agents := int(resp.Count)
+	for _, kind := range []Kind{KindDHCP, KindPower} {
+		total := 0
+		for _, name := range n.wantedNames() {
+			if strings.HasPrefix(name, string(kind)+"/") {
+				total++
+			}
+		}
+		share := (total + agents - 1) / agents
+		var mine []Leadership
+		for _, l := range n.Leading() {
+			if l.Kind == kind {
+				mine = append(mine, l)
+			}
+		}
+		if len(mine) <= share {
+			continue
+		}
+		for _, l := range mine {
+			name := electionName(l.Kind, l.Key)
+			c, err := n.cli.Get(ctx, electPrefix(n.cfg.Prefix)+name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil || c.Count < 2 {
+				continue // nobody to take it
+			}
+			n.mu.Lock()
+			quit := n.handoff[name]
+			delete(n.handoff, name)
+			n.mu.Unlock()
+			if quit != nil {
+				close(quit)
+				break
+			}
+		}
 	}
 }
 

@@ -141,7 +141,7 @@ func holds(t *testing.T, cli *clientv3.Client, l cluster.Leadership) bool {
 
 // TestLeadership: three nodes on a 3-member etcd, each talking to its own
 // member, campaign for two subnets and four power shards: each has one
-// leader. A leader that stops hands over within the TTL and 2 s, its fence
+// leader, and the leaderships even out among the nodes. A leader that stops hands over within the TTL and 2 s, its fence
 // stops holding; a leader whose etcd member is paused (as a paused or
 // partitioned agent is: it cannot keep its lease) loses its leaderships to
 // the others within that bound, its fences stop holding, and once its
@@ -159,14 +159,48 @@ func TestLeadership(t *testing.T) {
 	for i := range nodes {
 		nodes[i] = startNode(t, client(t, c.Member(i).ClientURL), fmt.Sprintf("agent%d", i), prefix, subnets)
 	}
-	lead := waitOneLeader(t, nodes, elections, 30*time.Second)
+	waitOneLeader(t, nodes, elections, 30*time.Second)
+	// The first node to start won everything; the others take their
+	// share over: at most one subnet and two shards each.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		even := true
+		for _, n := range nodes {
+			count := map[cluster.Kind]int{}
+			for _, l := range n.Leading() {
+				count[l.Kind]++
+			}
+			even = even && count[cluster.KindDHCP] <= 1 && count[cluster.KindPower] <= 2
+		}
+		if even {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leaderships not evened out: %v", leaders(nodes))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	lead := waitOneLeader(t, nodes, elections, failover)
 
 	// Status says the same, and every member answers.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := cluster.Status(ctx, check, prefix)
-	if err != nil {
-		t.Fatal(err)
+	// A handover in flight shows one candidate fewer for a moment: look
+	// again until it settles.
+	var st cluster.State
+	for range 50 {
+		var err error
+		if st, err = cluster.Status(ctx, check, prefix); err != nil {
+			t.Fatal(err)
+		}
+		settled := true
+		for _, l := range append(append([]cluster.Leader{}, st.DHCP...), st.Power...) {
+			settled = settled && l.Candidates == 3
+		}
+		if settled {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if len(st.Agents) != 3 || len(st.DHCP) != 2 || len(st.Power) != 4 || len(st.Endpoints) != 3 {
 		t.Fatalf("status: %d agents, %d subnets, %d shards, %d endpoints; want 3, 2, 4, 3: %+v", len(st.Agents), len(st.DHCP), len(st.Power), len(st.Endpoints), st)
@@ -242,7 +276,7 @@ func TestLeadership(t *testing.T) {
 	// Back: it sees that it lost its session, drops what it held, joins
 	// again and waits as a candidate.
 	nodes[second] = paused
-	deadline := time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for {
 		st, err := cluster.Status(ctx, check, prefix)
 		if err != nil {

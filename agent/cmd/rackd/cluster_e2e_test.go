@@ -699,29 +699,49 @@ log = %q
 	}
 	t.Logf("%d leases ACKed, all in the store", len(byIP))
 
-	// Power: a request made on one agent (the resumed one) for a machine
-	// whose shard another leads (lead) is driven by that other; killed
-	// mid-request, the first one finishes it.
-	st := status()
+	// Power: the two agents left share the four shards (the resumed one
+	// takes its share back); a request made on one for a machine whose
+	// shard the other leads is driven by that other, and when that one is
+	// killed mid-request, the first finishes it.
+	var st cluster.State
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		st = status()
+		count := map[string]int{}
+		for _, p := range st.Power {
+			count[p.Agent]++
+		}
+		if count[paused.name] == 2 && count[lead.name] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the shards did not even out between %s and %s: %+v", lead.name, paused.name, st.Power)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	var machine api.Machine
 	paused.call(t, token, http.StatusCreated, "POST", "/api/v1/machines", api.CreateMachine{
 		Hostname: "pm00", MACs: []string{"52:54:00:ee:00:01"}, State: "READY",
 		Power: &api.PowerParams{Driver: "fake", Address: "bmc00", Username: "admin", Password: "pw"}}, &machine)
 	shard := fmt.Sprint(cluster.Shard(machine.ID, 4))
-	owner := lead
+	var owner, asker *clusterAgent
 	for _, p := range st.Power {
-		if p.Key == shard && p.Agent != owner.name {
-			t.Fatalf("machine %s's shard %s is led by %s, not by %s, the agent that took over everything: %+v", machine.ID, shard, p.Agent, owner.name, st.Power)
+		if p.Key == shard {
+			owner, asker = lead, paused
+			if p.Agent == paused.name {
+				owner, asker = paused, lead
+			}
 		}
 	}
+	t.Logf("machine %s in shard %s: asked on %s, driven by %s", machine.ID, shard, asker.name, owner.name)
 	var req api.PowerRequest
-	paused.call(t, token, http.StatusAccepted, "POST", "/api/v1/machines/"+machine.ID+"/power", api.PowerAction{Action: "cycle", Reason: "cluster test"}, &req)
+	asker.call(t, token, http.StatusAccepted, "POST", "/api/v1/machines/"+machine.ID+"/power", api.PowerAction{Action: "cycle", Reason: "cluster test"}, &req)
 	// The owner sends it (its simulated BMC takes a second a command):
 	// kill it while the request runs.
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		var got api.PowerRequest
-		paused.call(t, token, http.StatusOK, "GET", "/api/v1/power/requests/"+req.ID, nil, &got)
+		asker.call(t, token, http.StatusOK, "GET", "/api/v1/power/requests/"+req.ID, nil, &got)
 		if got.State == "running" {
 			break
 		}
@@ -730,30 +750,30 @@ log = %q
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if log, _ := powertest.ReadLog(paused.powerLog); len(log) > 0 {
-		t.Errorf("%s, which does not lead the machine's shard, drove its BMC: %v", paused.name, log)
+	if log, _ := powertest.ReadLog(asker.powerLog); len(log) > 0 {
+		t.Errorf("%s, which does not lead the machine's shard, drove its BMC: %v", asker.name, log)
 	}
 	owner.d.kill()
 	killedAt = time.Now()
 	deadline = time.Now().Add(90 * time.Second)
 	for {
 		var got api.PowerRequest
-		paused.call(t, token, http.StatusOK, "GET", "/api/v1/power/requests/"+req.ID, nil, &got)
+		asker.call(t, token, http.StatusOK, "GET", "/api/v1/power/requests/"+req.ID, nil, &got)
 		if got.State == "done" {
 			break
 		}
 		if got.State == "failed" || time.Now().After(deadline) {
-			t.Fatalf("request %s is %s (%s) after its driver was killed, want done by %s", req.ID, got.State, got.Error, paused.name)
+			t.Fatalf("request %s is %s (%s) after its driver was killed, want done by %s", req.ID, got.State, got.Error, asker.name)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	finished, _ := powertest.ReadLog(paused.powerLog)
-	t.Logf("%s finished %s %v after %s's SIGKILL, with %d commands", paused.name, req.ID, time.Since(killedAt), owner.name, len(finished))
+	finished, _ := powertest.ReadLog(asker.powerLog)
+	t.Logf("%s finished %s %v after %s's SIGKILL, with %d commands", asker.name, req.ID, time.Since(killedAt), owner.name, len(finished))
 	if len(finished) == 0 {
-		t.Errorf("%s finished %s without a command to the BMC", paused.name, req.ID)
+		t.Errorf("%s finished %s without a command to the BMC", asker.name, req.ID)
 	}
 	var cycles int
-	for _, path := range []string{paused.powerLog, owner.powerLog} {
+	for _, path := range []string{asker.powerLog, owner.powerLog} {
 		log, _ := powertest.ReadLog(path)
 		for _, e := range log {
 			if e.Request == req.ID && e.Cmd == powertest.CmdCycle {
