@@ -75,12 +75,7 @@ func (a *Agent) newCluster(cfg Config, cli *clientv3.Client) error {
 // leases it ACKed, the requests it started) is in this store's memory
 // first.
 func (a *Agent) leadReady(ctx context.Context, l cluster.Leadership) error {
-	if w, ok := any(a.store).(interface {
-		WaitRevision(context.Context, int64) error
-	}); ok {
-		return w.WaitRevision(ctx, l.Revision)
-	}
-	return nil
+	return a.store.WaitRevision(ctx, l.Revision)
 }
 
 // leadChanged takes over a power shard's requests when its leadership is

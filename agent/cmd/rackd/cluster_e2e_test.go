@@ -450,14 +450,13 @@ log = %q
 	}
 	// The first agent initialises the store and makes the admin; the
 	// others share its keys (configuration every agent of a cluster is
-	// given) and its token.
+	// given) and its token, and the subnet is made once all three run.
 	agents[0].start(t)
 	token := adminToken(t, agents[0].state)
 	// A /20: the load takes a few thousand addresses.
 	sn := e2eSubnet()
 	sn.CIDR = "10.77.0.0/20"
 	sn.DynamicRanges = []api.Range{{Start: "10.77.1.0", End: "10.77.15.254"}}
-	agents[0].call(t, token, http.StatusCreated, "POST", "/api/v1/subnets", sn, nil)
 	for _, a := range agents[1:] {
 		if err := os.MkdirAll(a.state, 0o750); err != nil {
 			t.Fatal(err)
@@ -473,6 +472,9 @@ log = %q
 		}
 		a.start(t)
 	}
+	// Made on one agent, the subnet reaches the others through the
+	// store's watch, and all three campaign for it.
+	agents[1].call(t, token, http.StatusCreated, "POST", "/api/v1/subnets", sn, nil)
 	byAddr := map[netip.Addr]*clusterAgent{}
 	for _, a := range agents {
 		byAddr[a.addr] = a
