@@ -193,6 +193,9 @@ func TestThreeMembers(t *testing.T) {
 			t.Fatalf("initial cluster for %s: %v", m.Name, initial)
 		}
 		m.start(t, initial, true)
+		if err := Promote(ctx, c0, m.Name); err != nil {
+			t.Fatal(err)
+		}
 		ms = append(ms, m)
 	}
 	if _, err := Add(ctx, c0, ms[1].Member); err == nil {
@@ -240,6 +243,9 @@ func TestThreeMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	repl.start(t, initial, true)
+	if err := Promote(ctx, clients[1], repl.Name); err != nil {
+		t.Fatal(err)
+	}
 	if got := get(t, repl.client(t), "k"); got != "after1" {
 		t.Fatalf("through the replacement: k=%q, want after1", got)
 	}

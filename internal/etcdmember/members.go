@@ -9,8 +9,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Add adds m to the cluster cli talks to and returns the initial cluster
-// m must start with (every member's name and peer URL, m's included). A
+// Add adds m to the cluster cli talks to, as a learner, and returns the
+// initial cluster m must start with (every member's name and peer URL,
+// m's included). A learner does not count for the quorum: the cluster
+// keeps one however long the new appliance takes to start its member, which
+// Promote then makes a voting member once it has caught up. A
 // member of the same name or peer URL already there is refused: remove it
 // first (Remove), as when a dead appliance is replaced.
 func Add(ctx context.Context, cli *clientv3.Client, m Member) (map[string]string, error) {
@@ -36,7 +39,7 @@ func Add(ctx context.Context, cli *clientv3.Client, m Member) (map[string]string
 	// after another join, that is. Tried again until ctx ends.
 	var resp *clientv3.MemberAddResponse
 	for {
-		resp, err = cli.MemberAdd(ctx, []string{m.PeerURL})
+		resp, err = cli.MemberAddAsLearner(ctx, []string{m.PeerURL})
 		if err == nil {
 			break
 		}
@@ -65,6 +68,43 @@ func Add(ctx context.Context, cli *clientv3.Client, m Member) (map[string]string
 		initial[o.Name] = o.PeerURLs[0]
 	}
 	return initial, nil
+}
+
+// Promote makes the learner named name a voting member, once it has caught
+// up with the leader (tried again until then, or until ctx ends). A member
+// that votes already is left alone. cli must not talk to the learner
+// itself only: a learner serves no such request.
+func Promote(ctx context.Context, cli *clientv3.Client, name string) error {
+	for {
+		list, err := cli.MemberList(ctx)
+		if err != nil {
+			return fmt.Errorf("etcdmember: list members: %w", err)
+		}
+		var id uint64
+		for _, o := range list.Members {
+			if o.Name == name {
+				if !o.IsLearner {
+					return nil
+				}
+				id = o.ID
+			}
+		}
+		if id == 0 {
+			return fmt.Errorf("etcdmember: %w: %s is not (or not yet, by that name) in the cluster", ErrNoMember, name)
+		}
+		_, err = cli.MemberPromote(ctx, id)
+		if err == nil {
+			return nil
+		}
+		if !strings.Contains(err.Error(), "in sync with leader") && !strings.Contains(err.Error(), "unhealthy cluster") {
+			return fmt.Errorf("etcdmember: promote %s: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcdmember: promote %s: %w (until %w)", name, err, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // Remove removes the member named name from the cluster.
