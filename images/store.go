@@ -25,6 +25,10 @@ type Blob struct {
 // ErrNotFound is returned (wrapped) when a blob is absent.
 var ErrNotFound = errors.New("images: blob not found")
 
+// ErrMismatch is returned (wrapped) when content added is not the size or
+// SHA-256 it had to be.
+var ErrMismatch = errors.New("not the content wanted")
+
 // ErrBadHash is returned (wrapped) for a malformed hex digest.
 var ErrBadHash = errors.New("images: invalid sha256 (want 64 lowercase hex characters)")
 
@@ -165,7 +169,7 @@ func (s *Store) stage(ctx context.Context, r io.Reader, wantSHA256 string, wantS
 		m, rerr := r.Read(buf)
 		if m > 0 {
 			if wantSize >= 0 && n+int64(m) > wantSize {
-				return nil, fmt.Errorf("images: size mismatch: expected %d bytes, got more than that", wantSize)
+				return nil, fmt.Errorf("images: size mismatch: expected %d bytes, got more than that: %w", wantSize, ErrMismatch)
 			}
 			if _, werr := w.Write(buf[:m]); werr != nil {
 				return nil, fmt.Errorf("images: add: %w", werr)
@@ -183,11 +187,11 @@ func (s *Store) stage(ctx context.Context, r io.Reader, wantSHA256 string, wantS
 		}
 	}
 	if wantSize >= 0 && n != wantSize {
-		return nil, fmt.Errorf("images: size mismatch: expected %d bytes, got %d", wantSize, n)
+		return nil, fmt.Errorf("images: size mismatch: expected %d bytes, got %d: %w", wantSize, n, ErrMismatch)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
 	if wantSHA256 != "" && got != wantSHA256 {
-		return nil, fmt.Errorf("images: sha256 mismatch: expected %s, got %s", wantSHA256, got)
+		return nil, fmt.Errorf("images: sha256 mismatch: expected %s, got %s: %w", wantSHA256, got, ErrMismatch)
 	}
 	if err := f.Sync(); err != nil {
 		return nil, fmt.Errorf("images: add: fsync: %w", err)
