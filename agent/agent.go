@@ -25,6 +25,7 @@ import (
 	"rackd/images"
 	"rackd/internal/atomicfile"
 	"rackd/internal/consolelog"
+	"rackd/internal/etcdmember"
 	"rackd/internal/seal"
 	"rackd/netboot/arp"
 	"rackd/netboot/dhcp"
@@ -113,6 +114,12 @@ type Agent struct {
 	consoles   *consolehub.Hub
 	consoleLog *consolelog.Log
 	recorder   *recorder
+	// member is this appliance's etcd member (cluster.etcd_member) and
+	// memberName its name.
+	member     *etcdmember.Process
+	memberName string
+	// blobFetcher brings image blobs from peer agents (nil: none).
+	blobFetcher *images.Fetcher
 }
 
 // onCommit is told about every commit of the store.
@@ -144,6 +151,11 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	a.metrics = newMetrics(func() *store.Store { return a.store })
 	a.phases = newPhaseMetrics(a.metrics.reg)
 	a.osm = newOSMetrics(a.metrics.reg)
+	if cfg.Cluster.EtcdMember {
+		if err := a.startMember(cfg); err != nil {
+			return nil, err
+		}
+	}
 	credKey, err := loadCredentialKey(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -175,6 +187,11 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	}
 	if a.images, err = images.Open(filepath.Join(cfg.StateDir, "images")); err != nil {
 		return nil, err
+	}
+	if a.cluster != nil && cfg.Cluster.EtcdMember {
+		if err := a.newBlobFetcher(a.peerAgents); err != nil {
+			return nil, fmt.Errorf("image blobs from peers: %w", err)
+		}
 	}
 	// Import jobs write to the store: they stop before it closes.
 	a.imports = newImportJobs()
@@ -307,6 +324,10 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	a.bootBase.serving(ln.Addr())
+	tlsLn, err := a.listenClusterTLS()
+	if err != nil {
+		return errors.Join(err, a.closeAll())
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -314,6 +335,16 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		return nil
 	})
+	if tlsLn != nil {
+		g.Go(func() error {
+			if err := srv.Serve(tlsLn); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("cluster tls listener: %w", err)
+			}
+			return nil
+		})
+		a.log.Info("cluster tls listener", "url", "https://"+tlsLn.Addr().String())
+	}
+	g.Go(func() error { a.syncEndpoints(gctx); return nil })
 	g.Go(func() error {
 		<-gctx.Done()
 		// Imports are cancelled, not waited for: they roll back.
@@ -373,7 +404,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	a.warnBootReach(ln.Addr())
 	a.log.Info("rackd serving", "url", "http://"+ln.Addr().String(), "version", Version,
 		"state_dir", a.cfg.StateDir, "admin_token", a.AdminTokenPath())
-	err := g.Wait()
+	err = g.Wait()
 	err = errors.Join(err, a.closeAll())
 	a.log.Info("rackd stopped")
 	// Stopped for a request's exit (an appliance reboot): the caller exits

@@ -92,6 +92,10 @@ func routes() []route {
 		{"GET /api/v1/images/imports/{id}", admin, (*Agent).getImport},
 		{"POST /api/v1/images/imports/{id}/cancel", admin, (*Agent).cancelImport},
 		{"DELETE /api/v1/images/{name}/{arch}", admin, (*Agent).deleteImage},
+		{"GET /api/v1/cluster", admin, (*Agent).clusterStatus},
+		{"POST /api/v1/cluster/members", admin, (*Agent).joinCluster},
+		{"DELETE /api/v1/cluster/members/{name}", admin, (*Agent).removeMember},
+		{"GET /api/v1/cluster/blobs/{sha256}", public, (*Agent).peerBlob},
 		{"GET /boot/", public, (*Agent).serveBoot},
 		{"GET /metadata/v1/whoami", public, (*Agent).whoami},
 		{"POST /metadata/v1/enlist", public, (*Agent).enlistMachine},
@@ -269,8 +273,34 @@ func (a *Agent) internalError(w http.ResponseWriter, r *http.Request, err error)
 		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "rackd is shutting down; retry")
 		return
 	}
+	if a.etcd != nil && etcdUnavailable(err) {
+		// etcd without a quorum takes no write and answers no
+		// linearizable read: the transaction ran out of time.
+		a.log.Warn("the store did not answer in time", "method", r.Method, "path", redactPath(r.URL.Path), "err", err)
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable,
+			"the store (etcd) did not answer in time: has its cluster lost its quorum? Retry once enough members are up")
+		return
+	}
 	a.log.Error("request failed", "method", r.Method, "path", redactPath(r.URL.Path), "err", err)
 	writeError(w, http.StatusInternalServerError, api.CodeInternal, "internal error; the rackd log has the details")
+}
+
+// etcdUnavailable reports whether err is etcd failing for want of a
+// quorum: the transaction ran out of time, or etcd itself gave up on the
+// proposal (its own timeout, no leader). etcd's errors reach the store as
+// gRPC statuses, which it wraps as text.
+func etcdUnavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"etcdserver: request timed out", "etcdserver: no leader", "etcdserver: leader changed",
+		"code = Unavailable", "code = DeadlineExceeded"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // errBadBody is a request body refusal, already answered.

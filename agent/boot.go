@@ -186,7 +186,7 @@ func (a *Agent) newBootFiles(cfg Config) (files.Source, error) {
 	}
 	a.bootTree = tree
 	a.bootBase = newBootBase(cfg)
-	return files.NewOverlay(bootRenderer{src: bootSource{a.store}, base: a.bootBase, force: newDefaultFirst(cfg.Boot.DefaultFirst)}, blobSource{blobs: a.images, loaders: &a.bootloaders, next: tree}), nil
+	return files.NewOverlay(bootRenderer{src: bootSource{a.store}, base: a.bootBase, force: newDefaultFirst(cfg.Boot.DefaultFirst)}, a.blobSource(tree)), nil
 }
 
 // newTFTP builds the TFTP server when tftp.listen is set.

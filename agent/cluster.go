@@ -22,6 +22,9 @@ type ClusterConfig struct {
 	AdvertiseURL string   `toml:"advertise_url"`
 	SessionTTL   Duration `toml:"session_ttl"`
 	PowerShards  int      `toml:"power_shards"`
+	// The appliance's own etcd member and TLS listener
+	// (clusterapi_member.go).
+	ClusterMemberConfig
 }
 
 func (c ClusterConfig) validate() error {

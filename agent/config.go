@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -203,6 +204,17 @@ func (c Config) Validate() error {
 	}
 	if c.Lifecycle.WatchdogInterval < Duration(time.Second) {
 		errs = append(errs, errors.New("lifecycle.watchdog_interval must be at least 1s"))
+	}
+	if c.Cluster.EtcdMember && c.Store.URL == "" {
+		errs = append(errs, errors.New("cluster.etcd_member needs store.url (rackd cluster init or join sets both)"))
+	}
+	if c.Cluster.StartTimeout < Duration(time.Second) {
+		errs = append(errs, errors.New("cluster.start_timeout must be at least 1s"))
+	}
+	if c.Cluster.ListenTLS != "" {
+		if _, _, err := net.SplitHostPort(c.Cluster.ListenTLS); err != nil {
+			errs = append(errs, fmt.Errorf("cluster.listen_tls %q: want HOST:PORT", c.Cluster.ListenTLS))
+		}
 	}
 	if c.Store.MaxBatch < 1 {
 		errs = append(errs, errors.New("store.max_batch must be at least 1"))

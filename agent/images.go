@@ -318,6 +318,9 @@ type blobSource struct {
 	// nil table serves none.
 	loaders *atomic.Pointer[map[string]string]
 	next    files.Source
+	// fetch, when set, brings a blob the store lacks from a peer agent
+	// (a cluster's agents share the registry, not the blobs).
+	fetch func(ctx context.Context, h string) error
 }
 
 func (s blobSource) Open(ctx context.Context, name string) (files.File, error) {
@@ -327,7 +330,7 @@ func (s blobSource) Open(ctx context.Context, name string) (files.File, error) {
 	}
 	h, ok := strings.CutPrefix(p, imagePrefix)
 	if !ok {
-		if f, ok, err := s.openLoader(p); ok {
+		if f, ok, err := s.openLoader(ctx, p); ok {
 			return f, err
 		}
 		f, err := s.next.Open(ctx, p)
@@ -341,12 +344,12 @@ func (s blobSource) Open(ctx context.Context, name string) (files.File, error) {
 	if !images.ValidHex(h) {
 		return nil, &files.Error{Name: name, Kind: files.ErrNotFound, Reason: "not an image blob"}
 	}
-	return s.openBlob(name, h)
+	return s.openBlob(ctx, name, h)
 }
 
 // openLoader opens the blob of bootloader p, reporting false when no
 // bootloader image names p.
-func (s blobSource) openLoader(p string) (files.File, bool, error) {
+func (s blobSource) openLoader(ctx context.Context, p string) (files.File, bool, error) {
 	if s.loaders == nil {
 		return nil, false, nil
 	}
@@ -358,12 +361,19 @@ func (s blobSource) openLoader(p string) (files.File, bool, error) {
 	if !ok {
 		return nil, false, nil
 	}
-	f, err := s.openBlob(p, h)
+	f, err := s.openBlob(ctx, p, h)
 	return f, true, err
 }
 
-func (s blobSource) openBlob(name, h string) (files.File, error) {
+func (s blobSource) openBlob(ctx context.Context, name, h string) (files.File, error) {
 	f, b, err := s.blobs.Open(h)
+	if errors.Is(err, images.ErrNotFound) && s.fetch != nil {
+		if ferr := s.fetch(ctx, h); ferr == nil {
+			f, b, err = s.blobs.Open(h)
+		} else if !errors.Is(ferr, errNotRegistered) {
+			return nil, &files.Error{Name: name, Kind: files.ErrNotFound, Reason: "no such image blob here, and none from a peer agent", Err: ferr}
+		}
+	}
 	if errors.Is(err, images.ErrNotFound) {
 		return nil, &files.Error{Name: name, Kind: files.ErrNotFound, Reason: "no such image blob"}
 	}

@@ -54,12 +54,21 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if err != nil {
 		return err
 	}
-	for flagValue, field := range map[*string]*string{stateDir: &cfg.StateDir, listen: &cfg.Listen,
-		logLevel: &cfg.LogLevel, logFormat: &cfg.LogFormat, storeURL: &cfg.Store.URL} {
-		if *flagValue != "" {
-			*field = *flagValue
+	flags := func() {
+		for flagValue, field := range map[*string]*string{stateDir: &cfg.StateDir, listen: &cfg.Listen,
+			logLevel: &cfg.LogLevel, logFormat: &cfg.LogFormat, storeURL: &cfg.Store.URL} {
+			if *flagValue != "" {
+				*field = *flagValue
+			}
 		}
 	}
+	flags()
+	// The overlay of rackd cluster init/join sits in the state directory
+	// the flags chose; the flags win over it too.
+	if _, err := ApplyClusterOverlay(&cfg); err != nil {
+		return err
+	}
+	flags()
 	if *acceptLost {
 		cfg.Store.AcceptLostSecrets = true
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"rackd/store"
 	"rackd/store/kv/etcdkv"
@@ -21,6 +22,11 @@ func (a *Agent) openStore(cfg Config, opts store.Options) (*store.Store, error) 
 	conn, err := EtcdConn(cfg.Store)
 	if err != nil {
 		return nil, err
+	}
+	if a.member != nil {
+		// The other appliances may be starting too: wait for a quorum
+		// as long as for the member.
+		conn.DialTimeout = time.Duration(cfg.Cluster.StartTimeout)
 	}
 	db, cli, err := etcdkv.Dial(context.Background(), conn)
 	if err != nil {

@@ -20,7 +20,7 @@
 #
 # A slot (squashfs, gzip): /vmlinuz (Debian's kernel), /initrd.img (a u-root
 # initramfs, zstd: u-root's init, /bin/rackd-init as its uinit, /bin/rackd,
-# /sbin/mke2fs with its libraries, the modules of
+# /sbin/mke2fs with its libraries, /bin/etcd (Debian's etcd-server), the modules of
 # initramfs/appliance-modules.txt), /manifest.json, /bundle.pub (the key
 # updates must be signed with), /images/enlist-amd64/ (make initramfs's
 # enlistment image) and /images/bootloaders/{amd64,arm64,grub-amd64}/
@@ -124,10 +124,11 @@ fi
 [ -r "$pub" ] || die "the public key $pub is not readable (APPLIANCE_PUB names it)"
 
 # 2. Debian's packages: GRUB's modules (of the version of the grub-mkimage
-# here: an image is made of its tool's kernel and modules) and mke2fs with
-# the libraries it needs. Downloaded once into the cache, extracted.
+# here: an image is made of its tool's kernel and modules), mke2fs with
+# the libraries it needs, and etcd (etcd-server: the member rackd runs beside
+# itself in a cluster of appliances, docs/SCALE-OUT.md; it needs only libc). Downloaded once into the cache, extracted.
 grubver=$(dpkg-query -W -f '${Version}' grub-common 2>/dev/null) || die "grub-common is not installed (make test-deps)"
-debs=(grub-pc-bin="$grubver" grub-efi-amd64-bin="$grubver" e2fsprogs libext2fs2 libcom-err2 libblkid1 libuuid1 libc6)
+debs=(grub-pc-bin="$grubver" grub-efi-amd64-bin="$grubver" e2fsprogs libext2fs2 libcom-err2 libblkid1 libuuid1 libc6 etcd-server)
 fetch() {
 	local want=() p name ver
 	for p in "${debs[@]}"; do
@@ -160,11 +161,14 @@ mke2fs=$root/sbin/mke2fs
 [ -f "$mke2fs" ] || mke2fs=$root/usr/sbin/mke2fs
 [ -f "$mke2fs" ] || die "e2fsprogs has no mke2fs"
 cp -L "$mke2fs" "$stage/sbin/mke2fs"
+mkdir -p "$stage/bin"
+[ -f "$root/usr/bin/etcd" ] || die "etcd-server has no /usr/bin/etcd"
+cp -L "$root/usr/bin/etcd" "$stage/bin/etcd"
 cp -L "$root/etc/mke2fs.conf" "$stage/etc/mke2fs.conf"
 interp=$(readelf -l "$mke2fs" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
 [ "$interp" = /lib64/ld-linux-x86-64.so.2 ] || die "mke2fs asks for the loader $interp"
 cp -L "$root$interp" "$stage/lib64/ld-linux-x86-64.so.2"
-queue=("$mke2fs")
+queue=("$mke2fs" "$root/usr/bin/etcd")
 declare -A seen=()
 while [ ${#queue[@]} -gt 0 ]; do
 	f=${queue[0]}
@@ -176,7 +180,7 @@ while [ ${#queue[@]} -gt 0 ]; do
 		for d in lib/x86_64-linux-gnu usr/lib/x86_64-linux-gnu; do
 			[ -e "$root/$d/$lib" ] && found=$root/$d/$lib && break
 		done
-		[ -n "$found" ] || die "mke2fs needs $lib, which none of ${debs[*]} has"
+		[ -n "$found" ] || die "$f needs $lib, which none of ${debs[*]} has"
 		cp -L "$found" "$stage/lib/x86_64-linux-gnu/$lib"
 		queue+=("$found")
 	done
@@ -197,7 +201,7 @@ initrd_base=build/appliance-initramfs/$(printf '%s' "$init_pkg" | sha256sum | cu
 step "the appliance's initramfs ($init_pkg as /bin/rackd-init; base in $initrd_base)"
 OUT=$initrd_base KERNEL_DIR=build/initramfs/kernel ENLIST_PKG=$init_pkg UINIT_NAME=rackd-init \
 	IMAGE_NAME=rackd-appliance MODULES_FILE=initramfs/appliance-modules.txt MODULES_DEST=etc/rackd/modules \
-	EXTRA_FILES="$stage/sbin/mke2fs:sbin/mke2fs $stage/etc/mke2fs.conf:etc/mke2fs.conf $stage/lib/x86_64-linux-gnu:lib/x86_64-linux-gnu $stage/lib64/ld-linux-x86-64.so.2:lib64/ld-linux-x86-64.so.2" \
+	EXTRA_FILES="$stage/sbin/mke2fs:sbin/mke2fs $stage/bin/etcd:bin/etcd $stage/etc/mke2fs.conf:etc/mke2fs.conf $stage/lib/x86_64-linux-gnu:lib/x86_64-linux-gnu $stage/lib64/ld-linux-x86-64.so.2:lib64/ld-linux-x86-64.so.2" \
 	bash scripts/initramfs.sh $stale | sed -u 's/^/  /'
 # newc_entry NAME MODE SIZE [FILE]: one entry of a cpio archive in the
 # "newc" format the kernel unpacks (a header of hexadecimal fields, the

@@ -111,6 +111,15 @@ install -m 0644 "$here/rackd.default.toml" "$here/README.md" /usr/local/share/ra
 cp -R "$here/images" /usr/local/share/rackd/
 install -d -m 0755 /var/lib/rackd/boot
 install -m 0644 "$here/rackd.service" /etc/systemd/system/rackd.service
+# Debian's etcd-server: the member rackd runs beside itself when the box is
+# one of a cluster of appliances (rackd cluster init/join). rackd starts and
+# stops it: Debian's own etcd service stays off.
+if ! command -v etcd >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+	echo "install: etcd-server (for rackd cluster init/join)"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >/dev/null ||
+		echo "install: apt-get install etcd-server failed; a cluster of appliances needs it" >&2
+	systemctl disable --now etcd >/dev/null 2>&1 || true
+fi
 systemctl daemon-reload
 systemctl enable rackd
 systemctl restart rackd

@@ -102,7 +102,7 @@ type group struct {
 // groups and verbs are built by functions rather than kept in package
 // variables so that each Main gets fresh flag bindings.
 func groups() []*group {
-	return []*group{machinesGroup(), powerGroup(), subnetsGroup(), ipsGroup(), imagesGroup(), usersGroup(), tokensGroup(), keysGroup(), applianceGroup(), storeGroup()}
+	return []*group{machinesGroup(), powerGroup(), subnetsGroup(), ipsGroup(), imagesGroup(), usersGroup(), tokensGroup(), keysGroup(), applianceGroup(), storeGroup(), clusterGroup()}
 }
 
 func topVerbs() []*verb {

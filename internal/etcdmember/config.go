@@ -255,3 +255,20 @@ func PinnedTLS(fingerprint string) *tls.Config {
 		},
 	}
 }
+
+// ReadMember reads the member of a configuration file Settings.Write wrote.
+func ReadMember(path string) (Member, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Member{}, fmt.Errorf("etcdmember: %w", err)
+	}
+	var c etcdConfig
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		return Member{}, fmt.Errorf("etcdmember: %s: %w", path, err)
+	}
+	m := Member{Name: c.Name, PeerURL: c.InitialAdvertisePeerURLs, ClientURL: c.AdvertiseClientURLs}
+	if err := m.Validate(); err != nil {
+		return m, fmt.Errorf("etcdmember: %s: %w", path, err)
+	}
+	return m, nil
+}
