@@ -16,7 +16,9 @@ import (
 	"rackd/internal/etcdtest"
 )
 
-const ttl = 2 * time.Second
+// 3 s: a member paused while it leads etcd costs an etcd election (about
+// 1 s here), which the other nodes' keepalives must outlast.
+const ttl = 3 * time.Second
 
 // failover bounds how long a leadership may stay without a leader after
 // its leader stopped: the lease's TTL, and 2 s for etcd to expire it and
