@@ -21,7 +21,9 @@ func TestAssignKeepCurrentRace(t *testing.T) {
 	}
 	for name, cands := range tests {
 		t.Run(name, func(t *testing.T) {
-			s := openTest(t, Options{}, true)
+			// One operation at a time on a shared engine too: the
+			// order they queue in is the order they run in.
+			s := openTest(t, Options{MaxInFlight: 1}, true)
 			ctx := context.Background()
 			if _, err := s.CreateSubnet(ctx, testAdmin, Subnet{CIDR: netip.MustParsePrefix("10.9.0.0/24"),
 				Gateway: netip.MustParseAddr("10.9.0.1")}); err != nil {

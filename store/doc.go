@@ -18,6 +18,12 @@
 // operation that fails after writing makes the committer replay the batch one
 // operation per transaction.
 //
+// On a shared engine (OpenEngine: etcd, several agents) there is no group:
+// each operation runs in a transaction of its own, up to
+// Options.MaxInFlight at once, and its after-commit hooks run on its own
+// goroutine, concurrently with other operations' hooks (follow.go keeps the
+// in-memory state up with the other agents).
+//
 // # Caveats
 //
 // Values returned by the store are copies; nothing returned aliases bbolt's

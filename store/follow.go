@@ -27,6 +27,7 @@ import (
 type revEngine interface {
 	Engine
 	UpdateRev(ctx context.Context, fn func(kv.Tx) error) (int64, error)
+	TryUpdateRev(ctx context.Context, fn func(kv.Tx) error) (int64, error)
 	ViewRev(ctx context.Context, fn func(kv.Tx) error) (int64, error)
 	Watch(ctx context.Context, fromRev int64, fn func(rev int64, changes []etcdkv.Change) error) error
 	LastChange(ctx context.Context, rev int64) (int64, error)
@@ -48,10 +49,19 @@ type follower struct {
 	// twice (the commit told of them).
 	own map[int64]bool
 
-	// flight is held for reading by every commit from before it is sent
-	// until its revision is in own: the watch takes it for writing to
-	// know that a revision it did not find in own is another agent's.
-	flight sync.RWMutex
+	// inflight holds a channel for each commit from before it is sent
+	// until its revision is in own, closed then: the watch waits for
+	// those in flight to know that a revision it did not find in own is
+	// another agent's. New commits do not wait for the watch.
+	inflight map[uint64]chan struct{}
+	ticket   uint64
+
+	// alone is held for reading by every transaction's first run, and for
+	// writing by the run again of one that conflicted: transactions that
+	// contend (allocations, which all walk the free machines) would
+	// otherwise rerun each other for ever, while those that do not (ACKs
+	// of different addresses) stay in flight together.
+	alone sync.RWMutex
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -125,24 +135,38 @@ func (f *follower) advance(rev int64) {
 	}
 }
 
-// committed records the revision of one of the store's own commits. The
-// caller holds flight for reading.
-func (f *follower) committed(rev int64) {
-	if rev == 0 {
-		return
-	}
+// begin registers a commit about to be sent; end(ticket, rev) records its
+// revision (0: none) once it is known.
+func (f *follower) begin() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ticket++
+	f.inflight[f.ticket] = make(chan struct{})
+	return f.ticket
+}
+
+func (f *follower) end(ticket uint64, rev int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if rev > f.applied {
 		f.own[rev] = true
 	}
+	close(f.inflight[ticket])
+	delete(f.inflight, ticket)
 }
 
 // isOwn reports whether rev is one of the store's own commits, once every
-// commit in flight has recorded its revision.
+// commit in flight now has recorded its revision.
 func (f *follower) isOwn(rev int64) bool {
-	f.flight.Lock()
-	f.flight.Unlock() // empty: a barrier, not a critical section
+	f.mu.Lock()
+	var wait []chan struct{}
+	for _, ch := range f.inflight {
+		wait = append(wait, ch)
+	}
+	f.mu.Unlock()
+	for _, ch := range wait {
+		<-ch
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.own[rev]
@@ -151,7 +175,7 @@ func (f *follower) isOwn(rev int64) bool {
 // startFollowing loads the in-memory state at one revision and starts
 // the watch from the next.
 func (s *Store) startFollowing(e revEngine) error {
-	f := &follower{e: e, advanced: make(chan struct{}), own: map[int64]bool{}, done: make(chan struct{})}
+	f := &follower{e: e, advanced: make(chan struct{}), own: map[int64]bool{}, inflight: map[uint64]chan struct{}{}, done: make(chan struct{})}
 	rev, err := s.loadState(e)
 	if err != nil {
 		return err
@@ -275,7 +299,7 @@ func (s *Store) applyChanges(rev int64, changes []etcdkv.Change) error {
 		}
 	}
 	if subnets {
-		s.ipam.subnets.Store(nil)
+		s.ipam.invalidateSubnets()
 		s.ipam.refreshSubnets(s.viewKV)
 	}
 	// The store's own requests and events were told by their commit.

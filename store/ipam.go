@@ -159,8 +159,12 @@ type ipamState struct {
 	mu      sync.Mutex
 	offers  map[netip.Addr]offer
 	// subnets caches the committed subnets; nil when an operation changed
-	// them and the commit has not reloaded it yet.
-	subnets atomic.Pointer[[]Subnet]
+	// them and the commit has not reloaded it yet. subnetsGen counts the
+	// invalidations, so that a reload that read the list before one does
+	// not install it (refreshSubnets); subnetsMu orders the two.
+	subnets    atomic.Pointer[[]Subnet]
+	subnetsGen uint64
+	subnetsMu  sync.Mutex
 	// held is the address offered to each client in each subnet, so that a
 	// client that asks again (a retransmitted DHCPDISCOVER, an operation
 	// replayed by the committer) is offered the same address, not another.
@@ -380,7 +384,13 @@ func (s *Store) CreateSubnet(ctx context.Context, actor Actor, sn Subnet) (Subne
 			}
 		}
 		sn.Created = t.now
-		t.ipam.subnets.Store(nil) // reloaded after the commit
+		// Read afresh by the operations after it in a batch, and
+		// reloaded after the commit (invalidated again then: a reload
+		// by another operation's commit may have read the list before
+		// this one's).
+		st := t.ipam
+		st.invalidateSubnets()
+		t.afterCommit(st.invalidateSubnets)
 		return t.put(bucketSubnets, prefixKey(sn.CIDR), sn)
 	})
 	return sn, err
@@ -417,6 +427,9 @@ func (st *ipamState) refreshSubnets(view viewFunc) {
 	if st.subnets.Load() != nil {
 		return
 	}
+	st.subnetsMu.Lock()
+	gen := st.subnetsGen
+	st.subnetsMu.Unlock()
 	var list []Subnet
 	if err := view(func(tx kv.Tx) error {
 		if tx.Bucket(bucketSubnets) == nil {
@@ -426,8 +439,21 @@ func (st *ipamState) refreshSubnets(view viewFunc) {
 		list, err = readSubnets(tx)
 		return err
 	}); err == nil {
-		st.subnets.Store(&list)
+		st.subnetsMu.Lock()
+		defer st.subnetsMu.Unlock()
+		if st.subnetsGen == gen {
+			st.subnets.Store(&list)
+		}
 	}
+}
+
+// invalidateSubnets drops the subnets cache: the next reader reads the
+// database, until refreshSubnets installs a list read after this call.
+func (st *ipamState) invalidateSubnets() {
+	st.subnetsMu.Lock()
+	defer st.subnetsMu.Unlock()
+	st.subnetsGen++
+	st.subnets.Store(nil)
 }
 
 // subnetFor returns the managed subnet that contains ip.

@@ -318,7 +318,8 @@ func (s *Store) notifyPower(machines []string) {
 
 // OnPowerRequest sets the function told (after the commit) about every
 // machine that got a new power request, whoever queued it: the API, a
-// lifecycle transition, the watchdog.
+// lifecycle transition, the watchdog, another agent on a shared engine
+// (told from the watch). It may be called from several goroutines at once.
 func (s *Store) OnPowerRequest(fn func(machine string)) {
 	s.powerNotify.Store(&fn)
 }

@@ -163,7 +163,9 @@ func TestFinishReleaseRacesPowerRequest(t *testing.T) {
 			name = "power request first"
 		}
 		t.Run(name, func(t *testing.T) {
-			s := openTest(t, Options{}, true)
+			// One operation at a time on a shared engine too: the
+			// order they queue in is the order they run in.
+			s := openTest(t, Options{MaxInFlight: 1}, true)
 			ctx := context.Background()
 			m := releasing(t, s, "r1", 1, "fake", false)
 			runPower(t, s, m, PowerDone, power.StateOff)

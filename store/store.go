@@ -24,6 +24,7 @@ import (
 
 	"rackd/internal/seal"
 	"rackd/store/kv"
+	"rackd/store/kv/etcdkv"
 )
 
 // FileName is the database's name inside the state directory.
@@ -238,7 +239,14 @@ type Options struct {
 	// file before giving up. Default 1s.
 	LockTimeout time.Duration
 	// MaxBatch caps how many operations share one commit. Default 1000.
+	// A store on a shared engine (OpenEngine) commits each operation alone.
 	MaxBatch int
+	// MaxInFlight caps how many operations a store on a shared engine
+	// (OpenEngine) runs at once, each in a transaction of its own, so
+	// that their commits share the engine's round trips (etcd's Raft
+	// batches) instead of queueing one behind the other. Default 64.
+	// A database file has one writer: its group commit is unchanged.
+	MaxInFlight int
 	// ReadOnly opens the file for reading only (offline backup, checks).
 	ReadOnly bool
 	// CommitTimeout bounds one transaction on the engine (an engine across
@@ -246,7 +254,8 @@ type Options struct {
 	CommitTimeout time.Duration
 	// Now replaces the clock (tests).
 	Now func() time.Time
-	// OnCommit, when set, is told the size and duration of every commit.
+	// OnCommit, when set, is told the size and duration of every commit
+	// (from several goroutines at once on a shared engine: MaxInFlight).
 	OnCommit func(ops int, d time.Duration)
 	// IPAM tunes address management; zero fields take the defaults of
 	// DefaultIPAM.
@@ -400,6 +409,9 @@ func (o *Options) defaults() {
 	}
 	if o.CommitTimeout <= 0 {
 		o.CommitTimeout = 30 * time.Second
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 64
 	}
 }
 
@@ -629,7 +641,9 @@ type Tx struct {
 // an edit, a power failure...) after the commit that made it durable, never
 // inside the transaction: it runs on the committer's goroutine, so it must
 // return at once (the web UI's live updates hand it to a buffered fan-out).
-// nil removes it.
+// On a shared engine it is also told of the events other agents commit,
+// from the watch's goroutine, and it may be called from several goroutines
+// at once (MaxInFlight). nil removes it.
 func (s *Store) OnEvent(fn func(Event)) {
 	if fn == nil {
 		s.eventNotify.Store(nil)
@@ -642,8 +656,8 @@ func (s *Store) OnEvent(fn func(Event)) {
 // log: the event of a machine's move to FAILED_COMMISSIONING or
 // FAILED_DEPLOYMENT carries it (Event.Console), so that a failed phase can be
 // debugged after the fact. It runs inside the transaction, on the
-// committer's goroutine: it must be quick (a few KiB read from a file). nil
-// removes it.
+// committer's goroutine (on a shared engine, on several at once): it must
+// be quick (a few KiB read from a file). nil removes it.
 func (s *Store) ConsoleTail(fn func(machine string) []byte) {
 	if fn == nil {
 		s.consoleTail.Store(nil)
@@ -731,7 +745,8 @@ func (s *Store) updateLazy(ctx context.Context, p patience, fn func(*Tx) error) 
 // updateAsync is updateLazy without the wait: fn is queued and then is
 // called with its outcome once that is durable (or fn refused), on the
 // committer's goroutine, so then must be quick and must not block (a DHCP
-// server sends its reply there, saving a goroutine hand-off per lease). It
+// server sends its reply there, saving a goroutine hand-off per lease; on
+// a shared engine several operations' then may run at once). It
 // returns an error, and then is never called, when fn could not be queued.
 // An operation queued as the store closes may never run; its then is not
 // called either.
@@ -800,6 +815,10 @@ func (s *Store) nudgeFor(o *op) {
 }
 
 func (s *Store) commitLoop() {
+	if s.db == nil {
+		s.commitConcurrently()
+		return
+	}
 	defer close(s.stopped)
 	batch := make([]*op, 0, s.opts.MaxBatch)
 	// lastEnd is when the previous commit finished. Patient operations
@@ -876,6 +895,53 @@ func (s *Store) commitLoop() {
 	}
 }
 
+// commitConcurrently is the committer of a store on a shared engine: each
+// operation runs in a transaction of its own as soon as one of
+// MaxInFlight slots is free, so that many are in flight at once. The
+// engine keeps them serialisable (a conflict reruns one); each is answered
+// after its own commit and hooks, as in a group commit. Patience means
+// nothing here: no operation waits for company.
+func (s *Store) commitConcurrently() {
+	defer close(s.stopped)
+	var wg sync.WaitGroup
+	// A slot is taken before an operation leaves the queue, so that what
+	// waits for one stays counted there (QueuedWrites).
+	slots := make(chan struct{}, s.opts.MaxInFlight)
+	run := func(o *op) {
+		s.waiting.Add(-1)
+		wg.Go(func() {
+			defer func() { <-slots }()
+			s.commit([]*op{o})
+		})
+	}
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-s.stop:
+			slots <- struct{}{}
+		}
+		select {
+		case o := <-s.ops:
+			run(o)
+			continue
+		case <-s.stop:
+		}
+		// Finish what was queued before Close: it was promised an answer,
+		// and s.stopped closes only once every one has it.
+		for {
+			select {
+			case o := <-s.ops:
+				run(o)
+				slots <- struct{}{}
+			default:
+				<-slots
+				wg.Wait()
+				return
+			}
+		}
+	}
+}
+
 // bound is an operation's batch bound, 0 meaning max.
 func bound(batch, max int) int {
 	if batch <= 0 {
@@ -894,8 +960,10 @@ var errNothingWritten = errors.New("store: nothing written")
 // commit has answered all its operations (called the then of every
 // asynchronous one): a caller that answers its own clients from then (the
 // DHCP server's ACKs) can hold what it sends there and send it all in fn,
-// in one system call. fn must be quick and must not block. It replaces the
-// function registered before; nil removes it.
+// in one system call. fn must be quick and must not block. On a shared
+// engine commits run concurrently (MaxInFlight): fn is called once after
+// each, from several goroutines at once, each call after that commit's
+// answers. It replaces the function registered before; nil removes it.
 func (s *Store) OnAnswered(fn func()) {
 	if fn == nil {
 		s.answered.Store(nil)
@@ -936,7 +1004,7 @@ func (s *Store) commit(batch []*op) {
 				continue
 			}
 			t := s.newTx(tx, now, c)
-			if err := s.checkCaller(o.ctx, t); err != nil {
+			if err := runOp(func(t *Tx) error { return s.checkCaller(o.ctx, t) }, t); err != nil {
 				results[i] = err
 				continue
 			}
@@ -973,14 +1041,16 @@ func (s *Store) commit(batch []*op) {
 		return
 	}
 	if err == nil {
-		s.ipam.refreshSubnets(s.viewKV)
 		runAll(after)
+		s.ipam.refreshSubnets(s.viewKV)
 	}
 	if s.opts.OnCommit != nil {
 		s.opts.OnCommit(len(batch), time.Since(start))
 	}
 	for i, o := range batch {
-		if err != nil && results[i] == nil {
+		// A failed transaction fails every operation of it, a refusal
+		// too: an engine's failed read may be what it was refused on.
+		if err != nil {
 			results[i] = fmt.Errorf("commit: %w", err)
 		}
 		o.answer(results[i])
@@ -999,18 +1069,19 @@ func (s *Store) commit1(o *op) {
 	defer cancel()
 	err := s.engineUpdate(ctx, func(tx kv.Tx, c *commitInfo) error {
 		t = s.newTx(tx, now, c) // afresh if the engine runs this again
-		if result = s.checkCaller(o.ctx, t); result != nil {
+		if result = runOp(func(t *Tx) error { return s.checkCaller(o.ctx, t) }, t); result != nil {
 			return result
 		}
 		result = runOp(o.fn, t)
 		return result
 	})
-	if result == nil && err != nil {
+	if err != nil && (result == nil || !errors.Is(err, result)) {
+		// Not the operation's own refusal: the engine failed (see commit).
 		result = fmt.Errorf("commit: %w", err)
 	}
 	if err == nil {
-		s.ipam.refreshSubnets(s.viewKV)
 		runAll(t.after)
+		s.ipam.refreshSubnets(s.viewKV)
 	}
 	o.answer(result)
 }
@@ -1048,7 +1119,7 @@ type commitInfo struct {
 // engineUpdate runs fn in one read-write transaction of the engine, giving
 // it the commitInfo its hooks will read. On an engine with other writers
 // the commit's revision is recorded as the store's own before the hooks
-// run (follower.committed).
+// run (follower.end).
 func (s *Store) engineUpdate(ctx context.Context, fn func(kv.Tx, *commitInfo) error) error {
 	f := s.follow
 	var c *commitInfo
@@ -1059,13 +1130,24 @@ func (s *Store) engineUpdate(ctx context.Context, fn func(kv.Tx, *commitInfo) er
 	if f == nil {
 		return s.kv.Update(ctx, run)
 	}
-	f.flight.RLock()
-	defer f.flight.RUnlock()
-	rev, err := f.e.UpdateRev(ctx, run)
-	if err == nil && c != nil {
-		c.rev = rev
-		f.committed(rev)
+	ticket := f.begin()
+	f.alone.RLock()
+	rev, err := f.e.TryUpdateRev(ctx, run)
+	f.alone.RUnlock()
+	if errors.Is(err, etcdkv.ErrConflict) {
+		// Run again with none of this store's transactions beside it
+		// (other agents' may still conflict: the engine reruns it then).
+		f.alone.Lock()
+		rev, err = f.e.UpdateRev(ctx, run)
+		f.alone.Unlock()
 	}
+	if err != nil {
+		rev = 0
+	}
+	if c != nil {
+		c.rev = rev
+	}
+	f.end(ticket, rev)
 	return err
 }
 

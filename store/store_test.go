@@ -76,25 +76,38 @@ func mustCreatePowered(t testing.TB, s *Store, hostname string, i int, state Sta
 }
 
 // blockCommitter parks the committer inside a commit until release is
-// called, so that whatever is queued meanwhile lands in the next batch.
+// called, so that whatever is queued meanwhile lands in the next batch. On
+// a shared engine, where operations run concurrently, it parks one in
+// every slot (Options.MaxInFlight), so that the next operation queues.
 func blockCommitter(t *testing.T, s *Store) (release func()) {
 	t.Helper()
-	entered, unblock := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- s.update(context.Background(), func(*Tx) error {
-			close(entered)
-			<-unblock
-			return nil
-		})
-	}()
-	<-entered
+	n := 1
+	if s.db == nil {
+		n = s.opts.MaxInFlight
+	}
+	unblock := make(chan struct{})
+	entered, done := make(chan struct{}, n), make(chan error, n)
+	for range n {
+		go func() {
+			var once sync.Once
+			done <- s.update(context.Background(), func(*Tx) error {
+				once.Do(func() { entered <- struct{}{} })
+				<-unblock
+				return nil
+			})
+		}()
+	}
+	for range n {
+		<-entered
+	}
 	var once sync.Once
 	release = func() {
 		once.Do(func() {
 			close(unblock)
-			if err := <-done; err != nil {
-				t.Errorf("blocking op: %v", err)
+			for range n {
+				if err := <-done; err != nil {
+					t.Errorf("blocking op: %v", err)
+				}
 			}
 		})
 	}

@@ -91,16 +91,18 @@ func New(cli *clientv3.Client, opts Options) *DB {
 // View runs fn in a read-only transaction on one snapshot.
 func (d *DB) View(ctx context.Context, fn func(kv.Tx) error) error {
 	t := d.newTx(ctx, false)
-	if err := fn(t); err != nil {
-		return err
+	err := fn(t)
+	if t.err != nil {
+		return t.err // see UpdateRev
 	}
-	return t.err
+	return err
 }
 
 // Update runs fn in a read-write transaction and commits its writes if
 // nothing it read changed meanwhile; otherwise it runs fn again on a fresh
 // snapshot. fn may therefore run more than once. An error from fn rolls
-// back (nothing is sent) and is returned.
+// back (nothing is sent) and is returned, unless a read of fn's failed
+// (etcd did not answer): that error is returned instead.
 func (d *DB) Update(ctx context.Context, fn func(kv.Tx) error) error {
 	_, err := d.UpdateRev(ctx, fn)
 	return err
@@ -109,7 +111,18 @@ func (d *DB) Update(ctx context.Context, fn func(kv.Tx) error) error {
 // UpdateRev is Update that also returns the revision of its commit (0 when
 // fn wrote nothing and nothing was sent).
 func (d *DB) UpdateRev(ctx context.Context, fn func(kv.Tx) error) (int64, error) {
-	for attempt := range MaxAttempts {
+	return d.update(ctx, fn, MaxAttempts)
+}
+
+// TryUpdateRev is UpdateRev that runs fn once: a conflict returns
+// ErrConflict at once, so that the caller may run it again otherwise (the
+// store alone, with none of its own transactions beside it).
+func (d *DB) TryUpdateRev(ctx context.Context, fn func(kv.Tx) error) (int64, error) {
+	return d.update(ctx, fn, 1)
+}
+
+func (d *DB) update(ctx context.Context, fn func(kv.Tx) error, attempts int) (int64, error) {
+	for attempt := range attempts {
 		if attempt > 0 {
 			// Those that conflicted together would conflict again if
 			// they ran again together: a random pause, growing.
@@ -121,11 +134,14 @@ func (d *DB) UpdateRev(ctx context.Context, fn func(kv.Tx) error) (int64, error)
 			}
 		}
 		t := d.newTx(ctx, true)
-		if err := fn(t); err != nil {
-			return 0, err
-		}
+		err := fn(t)
 		if t.err != nil {
+			// A read failed: whatever fn concluded from it (a refusal
+			// included) rests on records it could not see.
 			return 0, t.err
+		}
+		if err != nil {
+			return 0, err
 		}
 		ok, err := t.commit()
 		if err != nil {
@@ -149,10 +165,14 @@ func (d *DB) ViewRev(ctx context.Context, fn func(kv.Tx) error) (int64, error) {
 		return 0, fmt.Errorf("etcdkv: the cluster's revision: %w", err)
 	}
 	t.rev = resp.Header.Revision
-	if err := fn(t); err != nil {
+	err = fn(t)
+	if t.err != nil {
+		return 0, t.err // see UpdateRev
+	}
+	if err != nil {
 		return 0, err
 	}
-	return t.rev, t.err
+	return t.rev, nil
 }
 
 func (d *DB) newTx(ctx context.Context, writable bool) *tx {
@@ -395,9 +415,12 @@ func present(v []byte) []byte {
 // kv.Tx
 
 func (t *tx) Bucket(name []byte) kv.Bucket {
-	if t.get(t.meta("B", string(name))) == nil {
+	if t.get(t.meta("B", string(name))) == nil && t.err == nil {
 		return nil
 	}
+	// After a failed read the bucket may well exist: a nil here would
+	// read as "no such bucket" to a caller that cannot see t.err. Its
+	// reads find nothing and the transaction fails with t.err.
 	return &bucket{t: t, name: string(name)}
 }
 
