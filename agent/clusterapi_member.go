@@ -160,9 +160,13 @@ func (a *Agent) startMember(cfg Config) error {
 }
 
 // syncEndpoints keeps the etcd client's endpoints those of every member:
-// an agent's store URL names the members there were when it joined.
+// an agent's store URL names the members there were when it joined. Only
+// for the members rackd runs (cluster.etcd_member): a store.url an operator
+// wrote may reach the members through addresses other than those they
+// advertise (a proxy, NAT, a forwarder into a namespace), which syncing
+// would replace with unreachable ones.
 func (a *Agent) syncEndpoints(ctx context.Context) {
-	if a.etcd == nil {
+	if a.etcd == nil || !a.cfg.Cluster.EtcdMember {
 		return
 	}
 	t := time.NewTicker(30 * time.Second)
