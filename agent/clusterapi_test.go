@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -32,5 +34,41 @@ func TestClusterAPIOnFile(t *testing.T) {
 	}
 	if code, _ := ta.call(t, "", "GET", images.PeerBlobPath+strings.Repeat("a", 64), nil, nil); code != 401 {
 		t.Fatalf("a peer blob without the cluster's certificate: %d, want 401", code)
+	}
+}
+
+// TestClusterOverlay: what cluster init/join writes is read back over the
+// configuration, valid, and an unknown key in it is refused like in the
+// configuration file.
+func TestClusterOverlay(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	if had, err := ApplyClusterOverlay(&cfg); had || err != nil {
+		t.Fatalf("no overlay: %v %v", had, err)
+	}
+	if err := os.MkdirAll(ClusterDir(cfg.StateDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	o := NewClusterOverlay(cfg.StateDir, "etcds://127.0.0.1:2379", "/rackd/", "rack1", "127.0.0.1:5241")
+	if err := WriteClusterOverlay(cfg.StateDir, o); err != nil {
+		t.Fatal(err)
+	}
+	if had, err := ApplyClusterOverlay(&cfg); !had || err != nil {
+		t.Fatalf("overlay: %v %v", had, err)
+	}
+	if cfg.Store.URL != "etcds://127.0.0.1:2379" || !cfg.Cluster.EtcdMember || cfg.Cluster.Name != "rack1" ||
+		cfg.Cluster.AdvertiseURL != "https://127.0.0.1:5241" || cfg.Cluster.ListenTLS != "127.0.0.1:5241" ||
+		cfg.Store.EtcdCert != filepath.Join(ClusterDir(cfg.StateDir), "client.crt") {
+		t.Fatalf("config after the overlay: store %+v cluster %+v", cfg.Store, cfg.Cluster)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(ClusterDir(cfg.StateDir), ClusterOverlayFile)
+	if err := os.WriteFile(path, []byte("[cluster]\netcd_membr = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ApplyClusterOverlay(&cfg); err == nil || !strings.Contains(err.Error(), "etcd_membr") {
+		t.Fatalf("a typo in the overlay: %v", err)
 	}
 }
