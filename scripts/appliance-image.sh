@@ -152,9 +152,9 @@ for p in "${debs[@]}"; do
 	dpkg-deb -x "$deb" "$root"
 done
 
-# 3. mke2fs and the shared libraries it loads (ELF NEEDED, recursively),
+# 3. mke2fs and etcd and the shared libraries they load (ELF NEEDED, recursively),
 # from the packages, at the paths its loader looks in.
-step "mke2fs and its libraries"
+step "mke2fs, etcd and their libraries"
 stage=$work/mke2fs
 mkdir -p "$stage/sbin" "$stage/etc" "$stage/lib/x86_64-linux-gnu" "$stage/lib64"
 mke2fs=$root/sbin/mke2fs
