@@ -273,7 +273,7 @@ func (a *Agent) internalError(w http.ResponseWriter, r *http.Request, err error)
 		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "rackd is shutting down; retry")
 		return
 	}
-	if a.etcd != nil && etcdUnavailable(err) {
+	if errors.Is(err, store.ErrUnavailable) || (a.etcd != nil && etcdUnavailable(err)) {
 		// etcd without a quorum takes no write and answers no
 		// linearizable read: the transaction ran out of time.
 		a.log.Warn("the store did not answer in time", "method", r.Method, "path", redactPath(r.URL.Path), "err", err)

@@ -328,3 +328,50 @@ func TestAgentsRaceForAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestQuorumLost: with two members of three stopped, a write fails with
+// ErrUnavailable once CommitTimeout has passed (it does not hang); with
+// them back, writes go on and nothing committed before is lost.
+func TestQuorumLost(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	cli := newClient(t, c.Endpoints())
+	const timeout = 3 * time.Second
+	s := openAgent(t, cli, freshPrefix(), func(o *store.Options) { o.CommitTimeout = timeout })
+	mustSubnet(t, s, lab())
+	mustAck(t, s, store.LeaseRequest{MAC: macA, Link: link, IP: addr("10.0.0.150")})
+
+	c.Kill(1)
+	c.Kill(2)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.DHCPAck(bg, store.LeaseRequest{MAC: macB, Link: link, IP: addr("10.0.0.151")})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("a write without a quorum: %v, want ErrUnavailable", err)
+		}
+		t.Logf("without a quorum: %v", err)
+	case <-time.After(10 * timeout):
+		t.Fatalf("a write without a quorum did not return within %v", 10*timeout)
+	}
+
+	c.Restart(1)
+	c.Restart(2)
+	// The members elect a leader once back; a write may meet the
+	// election (bounded).
+	var err error
+	for range 10 {
+		if _, err = s.DHCPAck(bg, store.LeaseRequest{MAC: macC, Link: link, IP: addr("10.0.0.152")}); !errors.Is(err, store.ErrUnavailable) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("a write with the quorum back: %v", err)
+	}
+	got := leaseMap(t, s)
+	if got[addr("10.0.0.150")] != macA || got[addr("10.0.0.152")] != macC {
+		t.Errorf("leases after the quorum came back: %v, want 10.0.0.150 for %s and 10.0.0.152 for %s", got, macA, macC)
+	}
+}

@@ -55,12 +55,7 @@ func benchOnEtcd(b *testing.B, bench func(*testing.B, *store.Store)) {
 }
 
 func benchAck(b *testing.B, s *store.Store) {
-	ctx := context.Background()
-	if _, err := s.CreateSubnet(ctx, storetest.Admin, store.Subnet{CIDR: netip.MustParsePrefix("10.0.0.0/8"),
-		DynamicRanges: []store.Range{{Start: netip.MustParseAddr("10.1.0.0"), End: netip.MustParseAddr("10.255.255.254")}}}); err != nil {
-		b.Fatal(err)
-	}
-	link := netip.MustParseAddr("10.0.0.1")
+	ctx, link := benchSubnet(b, s)
 	var n atomic.Int64
 	b.SetParallelism(8)
 	b.ResetTimer()
@@ -77,12 +72,7 @@ func benchAck(b *testing.B, s *store.Store) {
 }
 
 func benchDORA(b *testing.B, s *store.Store) {
-	ctx := context.Background()
-	if _, err := s.CreateSubnet(ctx, storetest.Admin, store.Subnet{CIDR: netip.MustParsePrefix("10.0.0.0/8"),
-		DynamicRanges: []store.Range{{Start: netip.MustParseAddr("10.1.0.0"), End: netip.MustParseAddr("10.255.255.254")}}}); err != nil {
-		b.Fatal(err)
-	}
-	link := netip.MustParseAddr("10.0.0.1")
+	ctx, link := benchSubnet(b, s)
 	var n atomic.Int64
 	b.SetParallelism(8)
 	b.ResetTimer()
@@ -99,4 +89,14 @@ func benchDORA(b *testing.B, s *store.Store) {
 			}
 		}
 	})
+}
+
+// benchSubnet makes the benchmarks' subnet, 10.0.0.0/8 served on 10.0.0.1.
+func benchSubnet(b *testing.B, s *store.Store) (context.Context, netip.Addr) {
+	ctx := context.Background()
+	if _, err := s.CreateSubnet(ctx, storetest.Admin, store.Subnet{CIDR: netip.MustParsePrefix("10.0.0.0/8"),
+		DynamicRanges: []store.Range{{Start: netip.MustParseAddr("10.1.0.0"), End: netip.MustParseAddr("10.255.255.254")}}}); err != nil {
+		b.Fatal(err)
+	}
+	return ctx, netip.MustParseAddr("10.0.0.1")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"rackd/store/kv"
+	"rackd/store/kv/etcdkv"
 )
 
 // Code names a domain refusal. The strings are the API's error codes.
@@ -65,3 +66,19 @@ var ErrReadOnly = errors.New("store: opened read-only")
 // fence no longer held at its commit: the leadership it relied on was
 // lost, and nothing of it was written.
 var ErrFenced = kv.ErrFenced
+
+// ErrUnavailable is returned, wrapped with the engine's name, by an
+// operation whose engine did not answer within Options.CommitTimeout (an
+// etcd cluster without a quorum, or none of its members reachable). It is
+// no refusal: nothing is known to be written, and writes resume once the
+// cluster is back.
+var ErrUnavailable = errors.New("store: the engine is unavailable")
+
+// unavailable wraps an engine's failure as ErrUnavailable when it is one.
+func (s *Store) unavailable(err error) error {
+	if s.db != nil || !etcdkv.Unavailable(err) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %s did not answer within %v (has its cluster lost its quorum?); writes resume when the cluster is back: %w",
+		ErrUnavailable, s.path, s.opts.CommitTimeout, err)
+}

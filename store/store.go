@@ -1051,7 +1051,7 @@ func (s *Store) commit(batch []*op) {
 		// A failed transaction fails every operation of it, a refusal
 		// too: an engine's failed read may be what it was refused on.
 		if err != nil {
-			results[i] = fmt.Errorf("commit: %w", err)
+			results[i] = s.unavailable(fmt.Errorf("commit: %w", err))
 		}
 		o.answer(results[i])
 	}
@@ -1077,7 +1077,7 @@ func (s *Store) commit1(o *op) {
 	})
 	if err != nil && (result == nil || !errors.Is(err, result)) {
 		// Not the operation's own refusal: the engine failed (see commit).
-		result = fmt.Errorf("commit: %w", err)
+		result = s.unavailable(fmt.Errorf("commit: %w", err))
 	}
 	if err == nil {
 		runAll(t.after)
@@ -1177,7 +1177,7 @@ type viewFunc func(fn func(kv.Tx) error) error
 func (s *Store) viewKV(fn func(kv.Tx) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommitTimeout)
 	defer cancel()
-	return s.kv.View(ctx, fn)
+	return s.unavailable(s.kv.View(ctx, fn))
 }
 
 // view runs fn in a read transaction.
