@@ -42,8 +42,8 @@ vet:
 # -race needs cgo; the shipped binary does not. go vet, the test images'
 # builds and the go test runs overlap (scripts/test-unit.sh says how).
 unit:
-	@GO=$(GO) RACKD_TEST_ENLIST_IMAGE='$(MAKE) --no-print-directory enlist-image' \
-		RACKD_TEST_DEBIAN_IMAGE='$(MAKE) --no-print-directory debian-image' bash scripts/test-unit.sh
+	@GO=$(GO) RACKD_MAKE_ENLIST_IMAGE='$(MAKE) --no-print-directory enlist-image' \
+		RACKD_MAKE_DEBIAN_IMAGE='$(MAKE) --no-print-directory debian-image' bash scripts/test-unit.sh
 
 ## bootloaders: pxelinux, shim+grub (amd64, arm64), iPXE and GRUB's modules
 ##   (http for the signed GRUB) from Debian's packages as bootloader images in

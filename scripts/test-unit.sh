@@ -2,8 +2,8 @@
 # make test's checks and tests, overlapped so that make test stays within
 # half an hour on two cores:
 #   1. at once, in the background, the test images, each on its own: the
-#      enlistment image (RACKD_TEST_ENLIST_IMAGE, make test's `make
-#      enlist-image`) and the Debian images (RACKD_TEST_DEBIAN_IMAGE, `make
+#      enlistment image (RACKD_MAKE_ENLIST_IMAGE, make test's `make
+#      enlist-image`) and the Debian images (RACKD_MAKE_DEBIAN_IMAGE, `make
 #      debian-image`): minutes of downloads, mmdebstrap and compression, much
 #      of it waiting on the network and the disk;
 #   2. meanwhile go vet, then `go test -race` over every package that boots
@@ -35,8 +35,8 @@
 #
 # Every run's output is printed when all are done; any failing fails make
 # test (an image that failed to build fails it without the runs that boot
-# it). Environment: GO (default go), RACKD_TEST_ENLIST_IMAGE and
-# RACKD_TEST_DEBIAN_IMAGE (the commands building the images; the runs start
+# it). Environment: GO (default go), RACKD_MAKE_ENLIST_IMAGE and
+# RACKD_MAKE_DEBIAN_IMAGE (the commands building the images; the runs start
 # at once when empty), RACKD_E2E_SKIP_DEPLOY_OS=1 and
 # RACKD_E2E_SKIP_APPLIANCE=1 leave those tests out (they skip by themselves
 # when not root or without QEMU).
@@ -74,10 +74,10 @@ beside() {
 }
 
 # The test images, each built in the background: the enlistment image
-# (RACKD_TEST_ENLIST_IMAGE) and the Debian images (RACKD_TEST_DEBIAN_IMAGE).
+# (RACKD_MAKE_ENLIST_IMAGE) and the Debian images (RACKD_MAKE_DEBIAN_IMAGE).
 declare -A image_cmd=() image_pid=()
-image_cmd[enlist]=${RACKD_TEST_ENLIST_IMAGE:-}
-image_cmd[debian]=${RACKD_TEST_DEBIAN_IMAGE:-}
+image_cmd[enlist]=${RACKD_MAKE_ENLIST_IMAGE:-}
+image_cmd[debian]=${RACKD_MAKE_DEBIAN_IMAGE:-}
 for img in enlist debian; do
 	if [ -n "${image_cmd[$img]}" ]; then
 		setsid bash -c "${image_cmd[$img]}" >"$logs/image-$img" 2>&1 &
