@@ -32,8 +32,8 @@ type capture struct {
 	// packets counts every packet read, replies those from port 67 (what
 	// the error of a run that saw no ACK says).
 	packets, replies int
-	done chan struct{} // closed by stop
-	gone chan struct{} // closed by the reader once it closed fd
+	done             chan struct{} // closed by stop
+	gone             chan struct{} // closed by the reader once it closed fd
 }
 
 // startCapture opens the packet socket inside ns (a socket's namespace is
