@@ -184,7 +184,7 @@ func run() error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	began := time.Now()
-	fmt.Printf("load at start: %s\n", uptime(ctx))
+	fmt.Printf("load at start: %s\n", benchns.Uptime(ctx))
 
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
@@ -271,7 +271,7 @@ func run() error {
 			return err
 		}
 		fmt.Printf("rep %d/%d disk: 4 KiB append + fsync p50 %.2f ms, p99 %.2f ms (%d); load %s\n", r+1, *reps,
-			p50.Seconds()*1e3, p99.Seconds()*1e3, n, loadavg())
+			p50.Seconds()*1e3, p99.Seconds()*1e3, n, benchns.Loadavg())
 		order := append(slices.Clone(list[r%len(list):]), list[:r%len(list)]...)
 		for _, s := range order {
 			if err := b.repetition(ctx, fmt.Sprintf("rep %d/%d %s", r+1, *reps, s.name()), s, all[s.name()]); err != nil {
@@ -294,7 +294,7 @@ func run() error {
 				v = append(v, 0)
 			}
 		}
-		return median(v)
+		return benchns.Median(v)
 	}
 	bestOf := func(st *stats) []trial { return st.best }
 	cpuAt := func(rate int) func(*stats) []trial { return func(st *stats) []trial { return st.cpu[rate] } }
@@ -322,7 +322,7 @@ func run() error {
 				}
 				fmt.Printf(" %16s", cell)
 			}
-			fmt.Printf(" %13s\n", fmt.Sprintf("%.2f", median(b.othersOf(s.name(), i))))
+			fmt.Printf(" %13s\n", fmt.Sprintf("%.2f", benchns.Median(b.othersOf(s.name(), i))))
 		}
 	}
 	fmt.Printf("\nmedians of %d repetitions:\n", *reps)
@@ -331,7 +331,7 @@ func run() error {
 		for _, cr := range cpuRates {
 			fmt.Printf("  CPU %6.1f µs/DORA @%d", med(s.name(), cpu, cpuAt(cr)), cr)
 		}
-		fmt.Printf("  other work: median %.2f cores, max %.2f\n", median(b.others[s.name()]),
+		fmt.Printf("  other work: median %.2f cores, max %.2f\n", benchns.Median(b.others[s.name()]),
 			slices.Max(append([]float64{0}, b.others[s.name()]...)))
 		if st := all[s.name()]; st.note != "" {
 			fmt.Printf("%-8s note: %s\n", s.name(), st.note)
@@ -345,11 +345,11 @@ func run() error {
 			fmt.Printf("%-8s %-18s %s\n", s.name(), fmt.Sprintf("CPU run @%d", cr), latency(st.cpu[cr]))
 		}
 	}
-	fmt.Printf("\nload at end: %s\n", uptime(ctx))
+	fmt.Printf("\nload at end: %s\n", benchns.Uptime(ctx))
 
 	rk, kd, dm := med("rackd", dora, bestOf), med("kea", dora, bestOf), med("dnsmasq", dora, bestOf)
 	line := fmt.Sprintf("RESULT dhcp_dora_per_s=%.0f kea_dora_per_s=%.0f dnsmasq_dora_per_s=%.0f ratio_kea=%.2f ratio_dnsmasq=%.2f",
-		rk, kd, dm, div(rk, kd), div(rk, dm))
+		rk, kd, dm, benchns.Div(rk, kd), benchns.Div(rk, dm))
 	for i, cr := range cpuRates {
 		rc, kc := med("rackd", cpu, cpuAt(cr)), med("kea", cpu, cpuAt(cr))
 		suffix := fmt.Sprintf("_%d", cr)
@@ -357,7 +357,7 @@ func run() error {
 			suffix = "" // the keys the first CPU rate always had
 		}
 		line += fmt.Sprintf(" cpu_us_per_dora%s=%.1f kea_cpu_us_per_dora%s=%.1f cpu_ratio_kea%s=%.2f",
-			suffix, rc, suffix, kc, suffix, div(kc, rc))
+			suffix, rc, suffix, kc, suffix, benchns.Div(kc, rc))
 	}
 	fmt.Println(line)
 	return nil
@@ -476,28 +476,6 @@ func lossOf(t trial) float64 {
 		return math.NaN()
 	}
 	return t.rep.LossPct()
-}
-
-// uptime is what uptime(1) says: the load averages of the machine.
-func uptime(ctx context.Context) string {
-	out, err := exec.CommandContext(ctx, "uptime").Output()
-	if err != nil {
-		return "load average " + loadavg()
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// loadavg is /proc/loadavg's 1, 5 and 15 minute load averages.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // trial starts s with an empty lease database, runs perfdhcp at rate
@@ -619,7 +597,7 @@ func latency(ts []trial) string {
 		if len(v) == 0 {
 			return "-"
 		}
-		return fmt.Sprintf("%.3f", median(v))
+		return fmt.Sprintf("%.3f", benchns.Median(v))
 	}
 	var rates []string
 	for _, t := range ts {
@@ -636,30 +614,6 @@ func latency(ts []trial) string {
 		fig(func(t trial) float64 { return t.rep.RA.Min }), fig(func(t trial) float64 { return t.rep.RA.Avg }),
 		fig(func(t trial) float64 { return t.rep.RA.Max }), fig(func(t trial) float64 { return t.rep.RA.Std }),
 		strings.Join(rates, ","))
-}
-
-func median(v []float64) float64 {
-	v = slices.Clone(v)
-	for i := range v {
-		if math.IsNaN(v[i]) {
-			v[i] = 0
-		}
-	}
-	if len(v) == 0 {
-		return 0
-	}
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
-}
-
-func div(a, b float64) float64 {
-	if b == 0 || a == 0 {
-		return 0
-	}
-	return a / b
 }
 
 func firstLine(err error) string {

@@ -118,7 +118,7 @@ func run() error {
 	}()
 	defer benchns.StopAll()
 
-	fmt.Println("start:", uptime(ctx))
+	fmt.Println("start:", benchns.Uptime(ctx))
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
 	}
@@ -193,10 +193,10 @@ func run() error {
 			return fmt.Errorf("failover: %w", err)
 		}
 	}
-	fmt.Println("end:", uptime(ctx))
-	e, bb := median(rates["etcd"]), median(rates["bbolt"])
+	fmt.Println("end:", benchns.Uptime(ctx))
+	e, bb := benchns.Median(rates["etcd"]), benchns.Median(rates["bbolt"])
 	fmt.Printf("RESULT etcd_dora_per_s=%.0f bbolt_dora_per_s=%.0f ratio=%.2f etcd_alloc_per_s=%.0f bbolt_alloc_per_s=%.0f failover_s=%.2f duplicates=%d lost=%d\n",
-		e, bb, div(e, bb), alloc["etcd"], alloc["bbolt"], fo.seconds, fo.duplicates, fo.lost)
+		e, bb, benchns.Div(e, bb), alloc["etcd"], alloc["bbolt"], fo.seconds, fo.duplicates, fo.lost)
 	return nil
 }
 
@@ -472,30 +472,4 @@ func (b *bench) failover(ctx context.Context, rate, period int) (failoverResult,
 	fmt.Printf("failover: %d ACKs seen, %d addresses, %d leases in the store, %d acknowledged leases missing\n",
 		len(acks), len(macsOf), len(leases), res.lost)
 	return res, nil
-}
-
-func uptime(ctx context.Context) string {
-	out, err := benchns.Command(ctx, "uptime")
-	if err != nil {
-		return err.Error()
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(v))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func div(a, b float64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a / b
 }
