@@ -1,15 +1,11 @@
 package agent
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"rackd/agent/api"
 	"rackd/internal/etcdtest"
@@ -67,53 +63,11 @@ func TestAllocationRaceAcrossAgents(t *testing.T) {
 		tokens[i] = agents[i%3].addUser(t, fmt.Sprintf("racer%d", i), false)
 	}
 
-	var (
-		mu      sync.Mutex
-		won     = map[string]int{}
-		refused int
-		wg      sync.WaitGroup
-		start   = make(chan struct{})
-	)
-	tr := &http.Transport{MaxIdleConnsPerHost: 200}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 2 * time.Minute}
-	for i := range 200 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			body := fmt.Sprintf(`{"agent_name":"a%d","constraints":{"arch":"amd64"}}`, i)
-			req, _ := http.NewRequest("POST", agents[i%3].url+"/api/v1/allocations", strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+tokens[i%len(tokens)])
-			resp, err := client.Do(req)
-			if err != nil {
-				t.Errorf("allocator %d: %v", i, err)
-				return
-			}
-			defer resp.Body.Close()
-			mu.Lock()
-			defer mu.Unlock()
-			switch resp.StatusCode {
-			case http.StatusCreated:
-				var res api.Allocation
-				json.NewDecoder(resp.Body).Decode(&res)
-				won[res.Machine.ID]++
-			case http.StatusConflict:
-				var e api.Error
-				json.NewDecoder(resp.Body).Decode(&e)
-				if e.Code != "no_available_machine" {
-					t.Errorf("allocator %d: 409 %+v", i, e)
-				}
-				refused++
-			default:
-				var e api.Error
-				json.NewDecoder(resp.Body).Decode(&e)
-				t.Errorf("allocator %d on agent %d: status %d %+v", i, i%3, resp.StatusCode, e)
-			}
-		}()
+	var urls []string
+	for _, ta := range agents {
+		urls = append(urls, ta.url)
 	}
-	close(start)
-	wg.Wait()
+	won, refused := raceAllocations(t, urls, tokens)
 	if len(won) != 50 || refused != 150 {
 		t.Fatalf("%d distinct machines won, %d refused; want 50 and 150", len(won), refused)
 	}

@@ -123,6 +123,28 @@ func TestAllocationRace(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = ta.addUser(t, fmt.Sprintf("racer%d", i), false)
 	}
+	won, refused := raceAllocations(t, []string{ta.url}, tokens)
+	if len(won) != 50 || refused != 150 {
+		t.Fatalf("%d distinct machines won, %d refused; want 50 and 150", len(won), refused)
+	}
+	for id, n := range won {
+		if n != 1 {
+			t.Errorf("machine %s was handed out %d times", id, n)
+		}
+	}
+	var ms []api.Machine
+	ta.call(t, ta.admin, "GET", "/api/v1/machines?state=ALLOCATED", nil, &ms)
+	if len(ms) != 50 {
+		t.Fatalf("%d machines ALLOCATED, want 50", len(ms))
+	}
+}
+
+// raceAllocations sends 200 allocation requests at once, request i to
+// urls[i%len(urls)] with tokens[i%len(tokens)], and returns how often each
+// machine was handed out and how many were told no_available_machine (any
+// other answer fails the test).
+func raceAllocations(t *testing.T, urls, tokens []string) (map[string]int, int) {
+	t.Helper()
 	var (
 		mu      sync.Mutex
 		won     = map[string]int{}
@@ -139,7 +161,7 @@ func TestAllocationRace(t *testing.T) {
 			defer wg.Done()
 			<-start
 			body := fmt.Sprintf(`{"agent_name":"a%d","constraints":{"arch":"amd64"}}`, i)
-			req, _ := http.NewRequest("POST", ta.url+"/api/v1/allocations", strings.NewReader(body))
+			req, _ := http.NewRequest("POST", urls[i%len(urls)]+"/api/v1/allocations", strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+tokens[i%len(tokens)])
 			resp, err := client.Do(req)
 			if err != nil {
@@ -162,25 +184,13 @@ func TestAllocationRace(t *testing.T) {
 				}
 				refused++
 			default:
-				t.Errorf("allocator %d: status %d", i, resp.StatusCode)
+				t.Errorf("allocator %d on %s: status %d", i, urls[i%len(urls)], resp.StatusCode)
 			}
 		}()
 	}
 	close(start)
 	wg.Wait()
-	if len(won) != 50 || refused != 150 {
-		t.Fatalf("%d distinct machines won, %d refused; want 50 and 150", len(won), refused)
-	}
-	for id, n := range won {
-		if n != 1 {
-			t.Errorf("machine %s was handed out %d times", id, n)
-		}
-	}
-	var ms []api.Machine
-	ta.call(t, ta.admin, "GET", "/api/v1/machines?state=ALLOCATED", nil, &ms)
-	if len(ms) != 50 {
-		t.Fatalf("%d machines ALLOCATED, want 50", len(ms))
-	}
+	return won, refused
 }
 
 // snapshot is everything an API request could change, for "nothing changed"
