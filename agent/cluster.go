@@ -117,10 +117,12 @@ func (a *Agent) runCluster(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() { done <- a.cluster.Run(ctx) }()
 	// Subnets are made (here or on another agent) at any time: look
-	// again every half TTL.
+	// again when the store says they changed, and every half TTL in case
+	// a read failed.
 	t := time.NewTicker(time.Duration(a.cfg.Cluster.SessionTTL) / 2)
 	defer t.Stop()
 	for {
+		changed := a.store.SubnetsChanged()
 		if subnets, err := a.dhcpSubnets(); err != nil {
 			// Keep campaigning for what it had: a failed read is no
 			// reason to give a subnet up.
@@ -131,6 +133,7 @@ func (a *Agent) runCluster(ctx context.Context) error {
 		select {
 		case err := <-done:
 			return err
+		case <-changed:
 		case <-t.C:
 		}
 	}

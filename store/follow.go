@@ -184,8 +184,22 @@ func (s *Store) startFollowing(e revEngine) error {
 	s.follow = f
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
+	if m, ok := e.(mirrorEngine); ok {
+		// DHCP offers and acknowledgements read only addresses: from
+		// memory, they cost the engine nothing but the commit.
+		if err := m.Mirror(ctx, string(bucketAddresses)); err != nil {
+			cancel()
+			return fmt.Errorf("mirror the addresses: %w", err)
+		}
+	}
 	go s.watchLoop(ctx, rev)
 	return nil
+}
+
+// mirrorEngine is an engine that can keep buckets in memory for the
+// transactions that ask for it (kv.WithMirroredReads).
+type mirrorEngine interface {
+	Mirror(ctx context.Context, buckets ...string) error
 }
 
 // stopFollowing ends the watch and waits for it.

@@ -165,6 +165,9 @@ type ipamState struct {
 	subnets    atomic.Pointer[[]Subnet]
 	subnetsGen uint64
 	subnetsMu  sync.Mutex
+	// subnetsChanged is closed, and replaced, whenever a reload installs
+	// the list (see SubnetsChanged).
+	subnetsChanged chan struct{}
 	// held is the address offered to each client in each subnet, so that a
 	// client that asks again (a retransmitted DHCPDISCOVER, an operation
 	// replayed by the committer) is offered the same address, not another.
@@ -191,7 +194,7 @@ type offer struct {
 
 func newIPAMState(o IPAMOptions) *ipamState {
 	return &ipamState{opts: o.withDefaults(), offers: map[netip.Addr]offer{}, held: map[heldKey]netip.Addr{},
-		cursor: map[netip.Prefix]netip.Addr{}}
+		cursor: map[netip.Prefix]netip.Addr{}, subnetsChanged: make(chan struct{})}
 }
 
 // drop forgets the offer of ip. st.mu is held.
@@ -443,8 +446,22 @@ func (st *ipamState) refreshSubnets(view viewFunc) {
 		defer st.subnetsMu.Unlock()
 		if st.subnetsGen == gen {
 			st.subnets.Store(&list)
+			close(st.subnetsChanged)
+			st.subnetsChanged = make(chan struct{})
 		}
 	}
+}
+
+// SubnetsChanged returns a channel closed the next time the store's list
+// of subnets changes: made, changed or deleted here or, on an engine
+// shared with other agents, by another agent. Whoever acts on the list
+// (campaigns for the subnets a DHCP server answers) reads it again then
+// instead of polling.
+func (s *Store) SubnetsChanged() <-chan struct{} {
+	st := s.ipam
+	st.subnetsMu.Lock()
+	defer st.subnetsMu.Unlock()
+	return st.subnetsChanged
 }
 
 // invalidateSubnets drops the subnets cache: the next reader reads the

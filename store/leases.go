@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/netip"
 	"time"
+
+	"rackd/store/kv"
 )
 
 // LeaseRequest is a DHCP client's ask, as the DHCP server hands it over.
@@ -91,7 +93,9 @@ func (s *Store) DHCPOffer(ctx context.Context, req LeaseRequest) (Grant, error) 
 	if err := ctx.Err(); err != nil {
 		return Grant{}, err
 	}
-	err = s.view(func(t *Tx) error {
+	// The offer's reads may come from a copy a little behind (on a shared
+	// engine): the acknowledgement checks the address in its commit.
+	err = s.viewMirrored(func(t *Tx) error {
 		sn, err := t.subnetFor(req.Link)
 		if err != nil {
 			return err
@@ -155,7 +159,7 @@ func (s *Store) DHCPAck(ctx context.Context, req LeaseRequest) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
-	err = s.updateLazy(ctx, s.leasePatience(), fn)
+	err = s.updateLazy(kv.WithMirroredReads(ctx), s.leasePatience(), fn)
 	return *g, err
 }
 
@@ -168,7 +172,7 @@ func (s *Store) DHCPAckAsync(ctx context.Context, req LeaseRequest, done func(Gr
 	if err != nil {
 		return err
 	}
-	return s.updateAsync(ctx, s.leasePatience(), fn, func(err error) {
+	return s.updateAsync(kv.WithMirroredReads(ctx), s.leasePatience(), fn, func(err error) {
 		if err != nil {
 			done(Grant{}, err)
 			return

@@ -899,26 +899,76 @@ func (s *Store) commitLoop() {
 // operation runs in a transaction of its own as soon as one of
 // MaxInFlight slots is free, so that many are in flight at once. The
 // engine keeps them serialisable (a conflict reruns one); each is answered
-// after its own commit and hooks, as in a group commit. Patience means
-// nothing here: no operation waits for company.
+// after its own commit and hooks, as in a group commit.
+//
+// Patient operations (DHCP acknowledgements) are the exception: at most
+// patientInFlight of their commits are in flight, and each takes, with
+// the operation that starts it, the patient operations queued behind it
+// (up to its batch bound, under the same fence). A commit through the
+// engine's consensus costs about the same for one record as for thirty,
+// so at a few thousand leases a second one commit per lease would be what
+// limits the rate; at a trickle each still commits at once, alone.
 func (s *Store) commitConcurrently() {
 	defer close(s.stopped)
 	var wg sync.WaitGroup
 	// A slot is taken before an operation leaves the queue, so that what
 	// waits for one stays counted there (QueuedWrites).
 	slots := make(chan struct{}, s.opts.MaxInFlight)
+	patientSlots := make(chan struct{}, patientInFlight)
+	// held is an operation taken from the queue that could not join the
+	// batch before it: it goes first next time.
+	var held *op
 	run := func(o *op) {
-		s.waiting.Add(-1)
+		batch := []*op{o}
+		patient := o.batch > 0
+		if patient {
+			patientSlots <- struct{}{} // meanwhile, company queues up
+			for limit := bound(o.batch, maxSharedCommit); len(batch) < limit && held == nil; {
+				select {
+				case next := <-s.ops:
+					if next.batch > 0 && sameFence(o, next) {
+						batch = append(batch, next)
+					} else {
+						held = next
+					}
+					continue
+				default:
+				}
+				break
+			}
+		}
+		s.waiting.Add(-int64(len(batch)))
 		wg.Go(func() {
-			defer func() { <-slots }()
-			s.commit([]*op{o})
+			defer func() {
+				if patient {
+					<-patientSlots
+				}
+				<-slots
+			}()
+			s.commit(batch)
 		})
+	}
+	take := func() (*op, bool) {
+		if o := held; o != nil {
+			held = nil
+			return o, true
+		}
+		select {
+		case o := <-s.ops:
+			return o, true
+		default:
+			return nil, false
+		}
 	}
 	for {
 		select {
 		case slots <- struct{}{}:
 		case <-s.stop:
 			slots <- struct{}{}
+		}
+		if o, ok := take(); ok {
+			run(o)
+			continue
 		}
 		select {
 		case o := <-s.ops:
@@ -929,17 +979,33 @@ func (s *Store) commitConcurrently() {
 		// Finish what was queued before Close: it was promised an answer,
 		// and s.stopped closes only once every one has it.
 		for {
-			select {
-			case o := <-s.ops:
-				run(o)
-				slots <- struct{}{}
-			default:
+			o, ok := take()
+			if !ok {
 				<-slots
 				wg.Wait()
 				return
 			}
+			run(o)
+			slots <- struct{}{}
 		}
 	}
+}
+
+// patientInFlight bounds the commits of patient operations in flight at
+// once on a shared engine, and maxSharedCommit how many operations one
+// takes (within the engine's per-transaction limit: a commit over it is
+// split, see commit).
+const (
+	patientInFlight = 4
+	maxSharedCommit = 24
+)
+
+// sameFence reports whether a and b may share a commit: one commit
+// checks one fence.
+func sameFence(a, b *op) bool {
+	fa, _ := kv.FenceFrom(a.ctx)
+	fb, _ := kv.FenceFrom(b.ctx)
+	return fa == fb
 }
 
 // bound is an operation's batch bound, 0 meaning max.
@@ -979,9 +1045,9 @@ func (s *Store) commit(batch []*op) {
 			(*fn)()
 		}
 	}()
-	if len(batch) > 1 && s.db == nil && slices.ContainsFunc(batch, fenced) {
+	if len(batch) > 1 && s.db == nil && slices.ContainsFunc(batch[1:], func(o *op) bool { return !sameFence(batch[0], o) }) {
 		// Each fence is its own operation's condition: a shared commit
-		// could carry only one of them.
+		// carries only one.
 		for _, o := range batch {
 			s.commit1(o)
 		}
@@ -1030,6 +1096,12 @@ func (s *Store) commit(batch []*op) {
 		for i, o := range batch {
 			o.answer(results[i])
 		}
+		return
+	}
+	if errors.Is(err, etcdkv.ErrTooLarge) && len(batch) > 1 {
+		// Over the engine's per-transaction limit together: in halves.
+		s.commit(batch[:len(batch)/2])
+		s.commit(batch[len(batch)/2:])
 		return
 	}
 	if errors.Is(err, errReplay) {
@@ -1093,12 +1165,6 @@ func (s *Store) commit1(o *op) {
 // and bounded by CommitTimeout.
 func (s *Store) commitContext(o *op) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(o.ctx), s.opts.CommitTimeout)
-}
-
-// fenced reports whether o's writes are conditional on a fence.
-func fenced(o *op) bool {
-	_, ok := kv.FenceFrom(o.ctx)
-	return ok
 }
 
 // newTx is one operation's view of the engine's transaction tx.
@@ -1182,9 +1248,20 @@ func (s *Store) viewKV(fn func(kv.Tx) error) error {
 
 // view runs fn in a read transaction.
 func (s *Store) view(fn func(*Tx) error) error {
-	return s.viewKV(func(tx kv.Tx) error {
-		return fn(&Tx{tx: tx, now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, keys: s.keys})
-	})
+	return s.viewKV(func(tx kv.Tx) error { return fn(s.readTx(tx)) })
+}
+
+// viewMirrored is view for an advisory read whose outcome a later write
+// checks: on an engine that keeps the records in memory it reads them
+// there, maybe a little behind (kv.WithMirroredReads).
+func (s *Store) viewMirrored(fn func(*Tx) error) error {
+	ctx, cancel := context.WithTimeout(kv.WithMirroredReads(context.Background()), s.opts.CommitTimeout)
+	defer cancel()
+	return s.unavailable(s.kv.View(ctx, func(tx kv.Tx) error { return fn(s.readTx(tx)) }))
+}
+
+func (s *Store) readTx(tx kv.Tx) *Tx {
+	return &Tx{tx: tx, now: s.now().UTC(), ipam: s.ipam, credKey: s.credKey, keys: s.keys}
 }
 
 // Engine is a kv engine the store runs on: its bbolt file (Open), or

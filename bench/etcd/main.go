@@ -226,6 +226,9 @@ func (b *bench) startOne(ctx context.Context, kind string) (*agentProc, error) {
 	if err == nil {
 		err = a.waitDHCP(ctx)
 	}
+	if err == nil && kind == "etcd" {
+		err = a.waitLeading(ctx)
+	}
 	if err != nil {
 		a.proc.Stop(10 * time.Second)
 		return nil, err

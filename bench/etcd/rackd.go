@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -138,6 +139,29 @@ func (a *agentProc) leases(ctx context.Context) ([]api.Lease, error) {
 	var out []api.Lease
 	err := a.call(ctx, "GET", "/api/v1/leases", nil, &out)
 	return out, err
+}
+
+// waitLeading waits until the agent leads the served subnet's DHCP
+// election (an agent on etcd answers a subnet only then), so that a
+// measurement starts with the agent answering.
+func (a *agentProc) waitLeading(ctx context.Context) error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		var c api.ClusterStatus
+		if err := a.call(ctx, "GET", "/api/v1/cluster", nil, &c); err == nil {
+			for _, ag := range c.Agents {
+				if ag.Name == c.Agent && slices.Contains(ag.Subnets, servedCIDR) {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not leading %s after %v\n%s", a.name, servedCIDR, readyTimeout, a.proc.Out)
+		}
+		if err := benchns.Sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // waitDHCP waits until a DHCP socket is bound in the namespace (the

@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -67,6 +68,8 @@ type DB struct {
 	cli       *clientv3.Client
 	prefix    string
 	maxTxnOps int
+	// mir is the mirror of some buckets, when one runs (Mirror).
+	mir atomic.Pointer[mirror]
 }
 
 // Options configures a DB.
@@ -91,6 +94,7 @@ func New(cli *clientv3.Client, opts Options) *DB {
 // View runs fn in a read-only transaction on one snapshot.
 func (d *DB) View(ctx context.Context, fn func(kv.Tx) error) error {
 	t := d.newTx(ctx, false)
+	t.mirrored = kv.MirroredReads(ctx)
 	err := fn(t)
 	if t.err != nil {
 		return t.err // see UpdateRev
@@ -122,8 +126,12 @@ func (d *DB) TryUpdateRev(ctx context.Context, fn func(kv.Tx) error) (int64, err
 }
 
 func (d *DB) update(ctx context.Context, fn func(kv.Tx) error, attempts int) (int64, error) {
-	for attempt := range attempts {
-		if attempt > 0 {
+	// Reads from the mirror are tried first when ctx allows; a conflict
+	// on them does not count as an attempt (the mirror may only have been
+	// behind) but ends them: the next run reads the cluster.
+	mirrored := kv.MirroredReads(ctx)
+	for attempt := 0; attempt < attempts; {
+		if attempt > 0 && !mirrored {
 			// Those that conflicted together would conflict again if
 			// they ran again together: a random pause, growing.
 			pause := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
@@ -133,13 +141,7 @@ func (d *DB) update(ctx context.Context, fn func(kv.Tx) error, attempts int) (in
 				return 0, ctx.Err()
 			}
 		}
-		t := d.newTx(ctx, true)
-		err := fn(t)
-		if t.err != nil {
-			// A read failed: whatever fn concluded from it (a refusal
-			// included) rests on records it could not see.
-			return 0, t.err
-		}
+		t, err := d.run(ctx, fn, mirrored)
 		if err != nil {
 			return 0, err
 		}
@@ -150,8 +152,33 @@ func (d *DB) update(ctx context.Context, fn func(kv.Tx) error, attempts int) (in
 		if ok {
 			return t.committed, nil
 		}
+		if t.usedMirror {
+			mirrored = false
+		} else {
+			attempt++
+		}
 	}
 	return 0, ErrConflict
+}
+
+// run runs fn once in a read-write transaction, on reads from the mirror
+// if mirrored. A refusal, or a run that writes nothing, rests on reads no
+// commit will check when they came from the mirror: fn is then run again
+// on the cluster's records, whose answer stands.
+func (d *DB) run(ctx context.Context, fn func(kv.Tx) error, mirrored bool) (*tx, error) {
+	t := d.newTx(ctx, true)
+	t.mirrored = mirrored
+	err := fn(t)
+	if t.err == nil && t.usedMirror && (err != nil || len(t.writes) == 0) {
+		t = d.newTx(ctx, true)
+		err = fn(t)
+	}
+	if t.err != nil {
+		// A read failed: whatever fn concluded from it (a refusal
+		// included) rests on records it could not see.
+		return nil, t.err
+	}
+	return t, err
 }
 
 // ViewRev is View that also returns the revision of its snapshot: the
@@ -193,6 +220,9 @@ type tx struct {
 	writes map[string]*[]byte
 	// walked is the buckets whose ranges were read.
 	walked map[string]bool
+	// mirrored: reads of the keys the mirror keeps come from it;
+	// usedMirror: some did.
+	mirrored, usedMirror bool
 	// err is the first etcd error met by a method that cannot return
 	// one (Get, ForEach's reads): the transaction fails with it.
 	err error
@@ -238,6 +268,16 @@ func (t *tx) get(key string) []byte {
 	}
 	if t.err != nil {
 		return nil
+	}
+	if m := t.db.mir.Load(); t.mirrored && m != nil {
+		if v, mod, ok := m.get(key); ok {
+			t.usedMirror = true
+			t.read[key] = mod
+			if v != nil {
+				t.values[key] = v
+			}
+			return v
+		}
 	}
 	resp, err := t.rangeAt(key)
 	if err != nil {
@@ -334,6 +374,9 @@ func (t *tx) commit() (bool, error) {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
 		}
 	}
+	// A walked bucket's version is compared as of the walk's snapshot,
+	// not as the mirror has it.
+	t.mirrored = false
 	for b := range t.walked {
 		vk := t.meta("V", b)
 		if _, seen := t.read[vk]; !seen {
@@ -367,7 +410,9 @@ func (t *tx) commit() (bool, error) {
 	}
 	// Every write to a bucket moves its version, so that a transaction
 	// that walked the bucket conflicts with it.
+	versions := make([]string, 0, len(touched))
 	for b := range touched {
+		versions = append(versions, t.meta("V", b))
 		ops = append(ops, clientv3.OpPut(t.meta("V", b), ""))
 	}
 	// A fenced write commits only while its leader's key is the one it
@@ -388,6 +433,9 @@ func (t *tx) commit() (bool, error) {
 	}
 	if resp.Succeeded {
 		t.committed = resp.Header.Revision
+		if m := t.db.mir.Load(); m != nil {
+			m.committed(t.committed, t.writes, versions)
+		}
 	}
 	if !resp.Succeeded && fenced {
 		var now int64 // 0: the key is gone
