@@ -163,6 +163,7 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	sticky := cfg.IPAM.StickyOnCommission
 	s, err := a.openStore(cfg, store.Options{
 		MaxBatch:      cfg.Store.MaxBatch,
+		CommitTimeout: time.Duration(cfg.Store.CommitTimeout),
 		CredentialKey: credKey,
 		// The keyring sealing the BMC passwords lives beside the
 		// credential key, outside the database and so outside its backups.

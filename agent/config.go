@@ -43,15 +43,16 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d)
 // StoreConfig is where the database lives: the file in the state
 // directory, or an etcd cluster (URL).
 type StoreConfig struct {
-	MaxBatch          int    `toml:"max_batch"`
-	AcceptLostSecrets bool   `toml:"accept_lost_secrets"`
-	URL               string `toml:"url"`
-	EtcdPrefix        string `toml:"etcd_prefix"`
-	EtcdCA            string `toml:"etcd_ca"`
-	EtcdCert          string `toml:"etcd_cert"`
-	EtcdKey           string `toml:"etcd_key"`
-	EtcdUser          string `toml:"etcd_user"`
-	EtcdPasswordFile  string `toml:"etcd_password_file"`
+	MaxBatch          int      `toml:"max_batch"`
+	AcceptLostSecrets bool     `toml:"accept_lost_secrets"`
+	URL               string   `toml:"url"`
+	CommitTimeout     Duration `toml:"commit_timeout"`
+	EtcdPrefix        string   `toml:"etcd_prefix"`
+	EtcdCA            string   `toml:"etcd_ca"`
+	EtcdCert          string   `toml:"etcd_cert"`
+	EtcdKey           string   `toml:"etcd_key"`
+	EtcdUser          string   `toml:"etcd_user"`
+	EtcdPasswordFile  string   `toml:"etcd_password_file"`
 }
 
 // Config is rackd's configuration; default.toml documents every field.
@@ -218,6 +219,9 @@ func (c Config) Validate() error {
 	}
 	if c.Store.MaxBatch < 1 {
 		errs = append(errs, errors.New("store.max_batch must be at least 1"))
+	}
+	if c.Store.CommitTimeout < Duration(time.Second) {
+		errs = append(errs, errors.New("store.commit_timeout must be at least 1s"))
 	}
 	for name, d := range map[string]Duration{"ipam.offer_hold": c.IPAM.OfferHold, "ipam.pxe_lease": c.IPAM.PXELease, "ipam.quarantine": c.IPAM.Quarantine} {
 		if d < Duration(time.Second) {

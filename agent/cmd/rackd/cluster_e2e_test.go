@@ -423,6 +423,7 @@ func TestE2ECluster(t *testing.T) {
 		cfg := fmt.Sprintf(`
 [store]
 url = "etcd://%s"
+commit_timeout = "3s"
 [dhcp]
 interfaces = [%q]
 probe_timeout = "0s"
@@ -675,31 +676,35 @@ log = %q
 	t.Logf("resumed at +%v; %d exchanges in all", resumedAt.Sub(pausedAt), len(all))
 
 	// No address ACKed to two MACs, and every ACKed lease is in the store.
-	byIP := map[netip.Addr]string{}
-	for _, a := range all {
-		if !a.server.IsValid() {
-			continue
+	verifyLeases := func(on *clusterAgent, all []answer) {
+		t.Helper()
+		byIP := map[netip.Addr]string{}
+		for _, a := range all {
+			if !a.server.IsValid() {
+				continue
+			}
+			if other, ok := byIP[a.ip]; ok && other != a.mac {
+				t.Errorf("%v ACKed to %s and to %s", a.ip, other, a.mac)
+			}
+			byIP[a.ip] = a.mac
 		}
-		if other, ok := byIP[a.ip]; ok && other != a.mac {
-			t.Errorf("%v ACKed to %s and to %s", a.ip, other, a.mac)
+		var leases []api.Lease
+		on.call(t, token, http.StatusOK, "GET", "/api/v1/leases", nil, &leases)
+		stored := map[string]string{}
+		for _, l := range leases {
+			if other, ok := stored[l.IP]; ok && other != l.MAC {
+				t.Errorf("the store holds %s for %s and %s", l.IP, other, l.MAC)
+			}
+			stored[l.IP] = l.MAC
 		}
-		byIP[a.ip] = a.mac
+		for ip, mac := range byIP {
+			if stored[ip.String()] != mac {
+				t.Errorf("ACKed lease %v of %s: the store has %q", ip, mac, stored[ip.String()])
+			}
+		}
+		t.Logf("%d leases ACKed, all in the store", len(byIP))
 	}
-	var leases []api.Lease
-	lead.call(t, token, http.StatusOK, "GET", "/api/v1/leases", nil, &leases)
-	stored := map[string]string{}
-	for _, l := range leases {
-		if other, ok := stored[l.IP]; ok && other != l.MAC {
-			t.Errorf("the store holds %s for %s and %s", l.IP, other, l.MAC)
-		}
-		stored[l.IP] = l.MAC
-	}
-	for ip, mac := range byIP {
-		if stored[ip.String()] != mac {
-			t.Errorf("ACKed lease %v of %s: the store has %q", ip, mac, stored[ip.String()])
-		}
-	}
-	t.Logf("%d leases ACKed, all in the store", len(byIP))
+	verifyLeases(lead, all)
 
 	// Power: the two agents left share the four shards (the resumed one
 	// takes its share back); a request made on one for a machine whose
@@ -786,6 +791,72 @@ log = %q
 	if cycles > 1 {
 		t.Errorf("request %s was cycled %d times", req.ID, cycles)
 	}
+	if b, _ := json.Marshal(status()); len(b) > 0 {
+		t.Logf("cluster after the power failover: %s", b)
+	}
+
+	// etcd itself: with one member of three down the agent left goes on;
+	// without a quorum its API writes answer 503 (within the store's
+	// commit_timeout) and DHCP hands out nothing; with the quorum back
+	// both resume, and no address was ACKed twice.
+	last := asker
+	ackWithin := func(what string, bound time.Duration) {
+		t.Helper()
+		start := time.Now()
+		for time.Since(start) < bound {
+			a := load.dora()
+			all = append(all, a)
+			if a.server.IsValid() {
+				t.Logf("%s: %s ACKed %v after %v", what, byAddr[a.server].name, a.ip, time.Since(start))
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("%s: no ACK within %v", what, bound)
+	}
+	writeWithin := func(what, hostname string, bound time.Duration) {
+		t.Helper()
+		start := time.Now()
+		for {
+			status, raw, err := last.d.api(last.client, token, "POST", "/api/v1/machines", api.CreateMachine{
+				Hostname: hostname, MACs: []string{"52:54:00:ee:01:" + hostname[len(hostname)-2:]}, State: "READY"}, nil)
+			if err == nil && status == http.StatusCreated {
+				t.Logf("%s: machine %s made after %v", what, hostname, time.Since(start))
+				return
+			}
+			if time.Since(start) > bound || (err == nil && status != http.StatusServiceUnavailable) {
+				t.Fatalf("%s: POST /api/v1/machines: %d %s (%v), want 201 within %v", what, status, raw, err, bound)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	// Whoever led the subnet, the agent left takes it within the bound.
+	ackWithin("one agent left", failoverBound+10*time.Second)
+	etcd.Kill(0)
+	writeWithin("one etcd member down", "qm01", 10*time.Second)
+	ackWithin("one etcd member down", 10*time.Second)
+
+	etcd.Kill(1)
+	lostAt := time.Now()
+	status503, raw, err := last.d.api(last.client, token, "POST", "/api/v1/machines", api.CreateMachine{
+		Hostname: "qm02", MACs: []string{"52:54:00:ee:01:02"}, State: "READY"}, nil)
+	if err != nil || status503 != http.StatusServiceUnavailable || !strings.Contains(string(raw), "quorum") {
+		t.Fatalf("a write without a quorum: %d %s (%v), want 503 naming the quorum", status503, raw, err)
+	}
+	t.Logf("without a quorum: %d %s after %v", status503, strings.Join(strings.Fields(string(raw)), " "), time.Since(lostAt))
+	for range 5 {
+		a := load.dora()
+		all = append(all, a)
+		if a.server.IsValid() {
+			t.Errorf("without a quorum %s ACKed %v to %s", byAddr[a.server].name, a.ip, a.mac)
+		}
+	}
+
+	etcd.Restart(0)
+	t.Logf("quorum back %v after it was lost", time.Since(lostAt))
+	writeWithin("quorum back", "qm03", 30*time.Second)
+	ackWithin("quorum back", 30*time.Second)
+	verifyLeases(last, all)
 	if b, _ := json.Marshal(status()); len(b) > 0 {
 		t.Logf("cluster at the end: %s", b)
 	}
