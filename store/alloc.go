@@ -94,7 +94,7 @@ func (s *Store) Allocate(ctx context.Context, actor Actor, req AllocateRequest) 
 		res   AllocateResult
 		kicks []string
 	)
-	err := s.update(ctx, func(t *Tx) error {
+	err := s.updateLazy(ctx, patience{group: groupAllocate}, func(t *Tx) error {
 		var err error
 		res, err = t.allocate(actor, req)
 		kicks = t.powerKicks

@@ -184,7 +184,7 @@ func (s *Store) DHCPAckAsync(ctx context.Context, req LeaseRequest, done func(Gr
 // leasePatience is how long, and for how many others, a DHCP
 // acknowledgement waits to share its commit.
 func (s *Store) leasePatience() patience {
-	return patience{delay: s.ipam.opts.LeaseCommitDelay, batch: s.ipam.opts.LeaseCommitBatch}
+	return patience{delay: s.ipam.opts.LeaseCommitDelay, batch: s.ipam.opts.LeaseCommitBatch, group: groupLease}
 }
 
 // dhcpAck is the operation of DHCPAck and where it puts the grant.

@@ -327,6 +327,7 @@ type op struct {
 	done  chan error
 	delay time.Duration // how long it may wait for others to share its commit
 	batch int           // for at most this many (0: no bound but MaxBatch)
+	group string        // on a shared engine, who it shares commits with (see patience)
 	// then, when set, is called with the outcome instead of sending it on
 	// done, on the committer's goroutine (see updateAsync).
 	then func(error)
@@ -693,10 +694,22 @@ func (s *Store) update(ctx context.Context, fn func(*Tx) error) error {
 // patience is how long an operation may wait for others to share its
 // commit: until delay after the previous commit ended, and only while fewer
 // than batch operations wait (0: no bound but MaxBatch).
+//
+// On a shared engine (OpenEngine) operations commit alone, except those of
+// one group, which read the same records and would conflict if they
+// committed side by side: one commit of a group is in flight at a time,
+// carrying the group's operations queued behind it (commitConcurrently).
 type patience struct {
 	delay time.Duration
 	batch int
+	group string
 }
+
+// The groups of operations that share commits on a shared engine.
+const (
+	groupLease    = "lease"    // DHCP acknowledgements
+	groupAllocate = "allocate" // allocations, which all want the first free machine
+)
 
 // updateLazy is update for an operation that may wait for others to share
 // its commit (see patience). A DHCP server acknowledging a few thousand
@@ -712,7 +725,7 @@ func (s *Store) updateLazy(ctx context.Context, p patience, fn func(*Tx) error) 
 		// Nobody reads s.ops: queueing would wait forever.
 		return ErrReadOnly
 	}
-	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1), delay: p.delay, batch: p.batch}
+	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1), delay: p.delay, batch: p.batch, group: p.group}
 	select {
 	case <-s.stop:
 		return ErrClosed
@@ -754,7 +767,7 @@ func (s *Store) updateAsync(ctx context.Context, p patience, fn func(*Tx) error,
 	if s.opts.ReadOnly {
 		return ErrReadOnly
 	}
-	return s.enqueue(&op{ctx: ctx, fn: fn, delay: p.delay, batch: p.batch, then: then}, true)
+	return s.enqueue(&op{ctx: ctx, fn: fn, delay: p.delay, batch: p.batch, group: p.group, then: then}, true)
 }
 
 // QueuedWrites is the number of writes waiting for the committer.
@@ -901,32 +914,39 @@ func (s *Store) commitLoop() {
 // engine keeps them serialisable (a conflict reruns one); each is answered
 // after its own commit and hooks, as in a group commit.
 //
-// Patient operations (DHCP acknowledgements) are the exception: at most
-// patientInFlight of their commits are in flight, and each takes, with
-// the operation that starts it, the patient operations queued behind it
-// (up to its batch bound, under the same fence). A commit through the
-// engine's consensus costs about the same for one record as for thirty,
-// so at a few thousand leases a second one commit per lease would be what
-// limits the rate; at a trickle each still commits at once, alone.
+// Operations of a group (DHCP acknowledgements, allocations) are the
+// exception: at most patientInFlight commits of a group are in flight,
+// and each takes, with the operation that starts it, the group's
+// operations queued behind it (up to its batch bound, under the same
+// fence). A commit through the engine's consensus costs about the same for
+// one record as for thirty, so at a few thousand leases a second one
+// commit per lease would be what limits the rate; allocations, which all
+// take the first free machine, would conflict with each other side by
+// side, and in one commit run one after the other instead. At a trickle
+// each still commits at once, alone.
 func (s *Store) commitConcurrently() {
 	defer close(s.stopped)
 	var wg sync.WaitGroup
 	// A slot is taken before an operation leaves the queue, so that what
 	// waits for one stays counted there (QueuedWrites).
 	slots := make(chan struct{}, s.opts.MaxInFlight)
-	patientSlots := make(chan struct{}, patientInFlight)
+	groupSlots := map[string]chan struct{}{}
 	// held is an operation taken from the queue that could not join the
 	// batch before it: it goes first next time.
 	var held *op
 	run := func(o *op) {
 		batch := []*op{o}
-		patient := o.batch > 0
-		if patient {
-			patientSlots <- struct{}{} // meanwhile, company queues up
-			for limit := bound(o.batch, maxSharedCommit); len(batch) < limit && held == nil; {
+		var groupSlot chan struct{}
+		if o.group != "" {
+			if groupSlot = groupSlots[o.group]; groupSlot == nil {
+				groupSlot = make(chan struct{}, patientInFlight)
+				groupSlots[o.group] = groupSlot
+			}
+			groupSlot <- struct{}{} // meanwhile, company queues up
+			for limit := bound(o.batch, maxShared[o.group]); len(batch) < limit && held == nil; {
 				select {
 				case next := <-s.ops:
-					if next.batch > 0 && sameFence(o, next) {
+					if next.group == o.group && sameFence(o, next) {
 						batch = append(batch, next)
 					} else {
 						held = next
@@ -940,8 +960,8 @@ func (s *Store) commitConcurrently() {
 		s.waiting.Add(-int64(len(batch)))
 		wg.Go(func() {
 			defer func() {
-				if patient {
-					<-patientSlots
+				if groupSlot != nil {
+					<-groupSlot
 				}
 				<-slots
 			}()
@@ -991,19 +1011,22 @@ func (s *Store) commitConcurrently() {
 	}
 }
 
-// patientInFlight bounds the commits of patient operations in flight at
-// once on a shared engine, and maxSharedCommit how many operations one
-// takes (within the engine's per-transaction limit: a commit over it is
-// split, see commit). One commit of up to sixty acknowledgements at a time
+// patientInFlight bounds the commits of one group in flight at once on a
+// shared engine (maxShared: how many operations one takes, within the
+// engine's per-transaction limit; a commit over it is split, see commit).
+// One commit of up to sixty acknowledgements at a time
 // measured best on a three-member etcd: at 3200 leases a second, four
 // commits of up to 24 in flight kept offers at 3.4 ms and acks at 14.8 ms,
 // two of up to 40 at 2.1 and 10.9 ms, one of up to 60 at 1.6 and 9.0 ms;
 // while one commits, the next batch fills, so fewer and larger commits
 // cost the engine less consensus per lease.
-const (
-	patientInFlight = 1
-	maxSharedCommit = 60
-)
+const patientInFlight = 1
+
+// maxShared is, per group, how many operations one commit takes: sixty
+// acknowledgements (two or three writes and comparisons each) or sixteen
+// allocations (a machine, its event, its allocation record, their
+// comparisons) stay within etcd's default 128 operations a transaction.
+var maxShared = map[string]int{groupLease: 60, groupAllocate: 16}
 
 // sameFence reports whether a and b may share a commit: one commit
 // checks one fence.

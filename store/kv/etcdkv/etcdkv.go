@@ -319,31 +319,61 @@ type pair struct{ k, v []byte }
 // walk reads bucket's whole range at the snapshot, merged with the
 // transaction's own writes, in key order.
 func (t *tx) walk(bucket string) []pair {
+	c := t.newCursor(bucket)
+	for c.load() {
+	}
+	return c.pairs
+}
+
+// Pages of a walk start small and double up to pageSize: a cursor that
+// stops at its first keys (an allocation taking the first free machine)
+// reads a few, one that goes on reads in large pages.
+const firstPageSize = 16
+
+// newCursor is a walk of bucket at the snapshot, read page by page as the
+// cursor moves, merged with the transaction's writes made before it.
+func (t *tx) newCursor(bucket string) *cursor {
 	t.walked[bucket] = true
 	start := t.key("b", bucket, nil)
-	end := clientv3.GetPrefixRangeEnd(start)
-	merged := map[string][]byte{}
-	from := start
-	for t.err == nil {
-		resp, err := t.rangeAt(from, clientv3.WithRange(end), clientv3.WithLimit(pageSize),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-		if err != nil {
-			t.err = fmt.Errorf("etcdkv: range of bucket %q: %w", bucket, err)
-			break
-		}
-		if t.rev == 0 {
-			t.rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			merged[string(kv.Key)] = present(kv.Value)
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
+	c := &cursor{t: t, start: start, end: clientv3.GetPrefixRangeEnd(start), from: start,
+		page: firstPageSize, writes: map[string]*[]byte{}, i: -1}
 	for k, w := range t.writes {
-		if !strings.HasPrefix(k, start) {
+		if strings.HasPrefix(k, start) {
+			c.writes[k] = w
+		}
+	}
+	return c
+}
+
+// load reads the next page of the range into pairs; false once the range
+// is all read (or a read failed: t.err).
+func (c *cursor) load() bool {
+	t := c.t
+	if c.done || t.err != nil {
+		return false
+	}
+	resp, err := t.rangeAt(c.from, clientv3.WithRange(c.end), clientv3.WithLimit(int64(c.page)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		t.err = fmt.Errorf("etcdkv: range of bucket %q: %w", strings.TrimPrefix(c.start, t.db.prefix+"b/"), err)
+		return false
+	}
+	if t.rev == 0 {
+		t.rev = resp.Header.Revision
+	}
+	merged := map[string][]byte{}
+	for _, kv := range resp.Kvs {
+		merged[string(kv.Key)] = present(kv.Value)
+	}
+	// This page covers the keys from c.from up to its last (to the end
+	// of the range when it is the last page): the writes among them.
+	upTo := c.end
+	c.done = !resp.More || len(resp.Kvs) == 0
+	if !c.done {
+		upTo = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	for k, w := range c.writes {
+		if k < c.from || k >= upTo {
 			continue
 		}
 		if w == nil {
@@ -352,12 +382,15 @@ func (t *tx) walk(bucket string) []pair {
 			merged[k] = *w
 		}
 	}
-	out := make([]pair, 0, len(merged))
+	page := make([]pair, 0, len(merged))
 	for k, v := range merged {
-		out = append(out, pair{k: []byte(k[len(start):]), v: v})
+		page = append(page, pair{k: []byte(k[len(c.start):]), v: v})
 	}
-	slices.SortFunc(out, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
-	return out
+	slices.SortFunc(page, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
+	c.pairs = append(c.pairs, page...)
+	c.from = upTo
+	c.page = min(2*c.page, pageSize)
+	return true
 }
 
 // commit sends the buffered writes with the comparisons that make the
@@ -512,7 +545,7 @@ func (b *bucket) ForEach(fn func(k, v []byte) error) error {
 	return b.t.err
 }
 
-func (b *bucket) Cursor() kv.Cursor { return &cursor{b: b, pairs: b.t.walk(b.name), i: -1} }
+func (b *bucket) Cursor() kv.Cursor { return b.t.newCursor(b.name) }
 
 func (b *bucket) NextSequence() (uint64, error) {
 	if !b.t.writable {
@@ -548,15 +581,23 @@ func (b *bucket) SetSequence(v uint64) error {
 
 func (b *bucket) KeyN() int { return len(b.t.walk(b.name)) }
 
-// cursor walks a snapshot of the bucket's range taken when it was made
-// (with the transaction's writes up to then).
+// cursor walks a snapshot of the bucket's range (with the transaction's
+// writes up to when it was made), read page by page as it moves.
 type cursor struct {
-	b     *bucket
-	pairs []pair
-	i     int
+	t          *tx
+	start, end string             // the bucket's range of etcd keys
+	writes     map[string]*[]byte // the transaction's, in the range, when made
+	pairs      []pair             // read so far, in order
+	from       string             // where the next page starts
+	page       int                // the next page's size
+	done       bool               // the whole range is in pairs
+	i          int
 }
 
+// at returns the pair at i, reading on until it is read or the range ends.
 func (c *cursor) at() ([]byte, []byte) {
+	for c.i >= len(c.pairs) && c.load() {
+	}
 	if c.i < 0 || c.i >= len(c.pairs) {
 		c.i = max(-1, min(c.i, len(c.pairs)))
 		return nil, nil
@@ -565,13 +606,24 @@ func (c *cursor) at() ([]byte, []byte) {
 }
 
 func (c *cursor) First() ([]byte, []byte) { c.i = 0; return c.at() }
-func (c *cursor) Last() ([]byte, []byte)  { c.i = len(c.pairs) - 1; return c.at() }
 func (c *cursor) Next() ([]byte, []byte)  { c.i++; return c.at() }
 func (c *cursor) Prev() ([]byte, []byte)  { c.i--; return c.at() }
 
-func (c *cursor) Seek(key []byte) ([]byte, []byte) {
-	c.i, _ = slices.BinarySearchFunc(c.pairs, key, func(p pair, k []byte) int { return bytes.Compare(p.k, k) })
+func (c *cursor) Last() ([]byte, []byte) {
+	for c.load() {
+	}
+	c.i = len(c.pairs) - 1
 	return c.at()
+}
+
+func (c *cursor) Seek(key []byte) ([]byte, []byte) {
+	for {
+		var found bool
+		c.i, found = slices.BinarySearchFunc(c.pairs, key, func(p pair, k []byte) int { return bytes.Compare(p.k, k) })
+		if found || c.i < len(c.pairs) || !c.load() {
+			return c.at()
+		}
+	}
 }
 
 func (c *cursor) Delete() error {
@@ -579,5 +631,5 @@ func (c *cursor) Delete() error {
 	if k == nil {
 		return errors.New("etcdkv: cursor delete off the range")
 	}
-	return c.b.Delete(k)
+	return c.t.del(c.start + string(k))
 }

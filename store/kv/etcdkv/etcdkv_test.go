@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -221,6 +222,69 @@ func TestPaging(t *testing.T) {
 			return nil
 		})
 	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A cursor reads page by page: at the snapshot (a key committed after
+	// its first page is not in a later one), with the transaction's own
+	// writes made before it, wherever they fall.
+	var want []string
+	for i := range n {
+		switch k := fmt.Sprintf("%05d", i); k {
+		case "00003", "00700":
+		case "00500":
+			want = append(want, k, "00500a")
+		default:
+			want = append(want, k)
+		}
+	}
+	want = append(want, "99999")
+	err := db.Update(ctx, func(tx kv.Tx) error {
+		b := tx.Bucket([]byte("p"))
+		for _, k := range []string{"00003", "00700"} {
+			if err := b.Delete([]byte(k)); err != nil {
+				return err
+			}
+		}
+		for _, k := range []string{"00500a", "99999"} {
+			if err := b.Put([]byte(k), []byte("y")); err != nil {
+				return err
+			}
+		}
+		var got []string
+		c := b.Cursor()
+		k, _ := c.First()
+		if err := db.Update(ctx, func(tx kv.Tx) error { return tx.Bucket([]byte("p")).Put([]byte("00900x"), []byte("z")) }); err != nil {
+			return err
+		}
+		for ; k != nil; k, _ = c.Next() {
+			got = append(got, string(k))
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("cursor walked %d keys (%q...), want %d (%q...)", len(got), got[:min(5, len(got))], len(want), want[:5])
+		}
+		c = b.Cursor()
+		for _, step := range []struct {
+			name string
+			move func() ([]byte, []byte)
+			want string
+		}{
+			{"seek 00699", func() ([]byte, []byte) { return c.Seek([]byte("00699")) }, "00699"},
+			{"next past the deleted 00700", c.Next, "00701"},
+			{"seek 00500a", func() ([]byte, []byte) { return c.Seek([]byte("00500a")) }, "00500a"},
+			{"prev", c.Prev, "00500"},
+			{"seek 00002a", func() ([]byte, []byte) { return c.Seek([]byte("00002a")) }, "00004"},
+			{"last", c.Last, "99999"},
+			{"prev from last", c.Prev, "01199"},
+			{"seek past the end", func() ([]byte, []byte) { return c.Seek([]byte("zzz")) }, ""},
+		} {
+			if k, _ := step.move(); string(k) != step.want {
+				return fmt.Errorf("%s: %q, want %q", step.name, k, step.want)
+			}
+		}
+		return errors.New("done") // write nothing
+	})
+	if err == nil || err.Error() != "done" {
 		t.Fatal(err)
 	}
 }
