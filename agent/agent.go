@@ -399,6 +399,9 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	if a.cluster != nil {
 		g.Go(func() error { return a.runCluster(gctx) })
 	}
+	if a.store.ImagesChanged() != nil {
+		g.Go(func() error { a.followImages(gctx); return nil })
+	}
 	// It ends the console sessions as it stops: their connections are
 	// hijacked, which the HTTP server's shutdown does not wait for.
 	g.Go(func() error { a.recorder.run(gctx); return nil })

@@ -236,9 +236,61 @@ func (a *Agent) removeUnusedBlobs(fs []store.ImageFile) {
 	}
 }
 
+// followImages keeps this agent's blobs and bootloader table in step with
+// an image registry other agents change too (a store on a shared engine):
+// at start and whenever the registry changes, it removes the blobs no
+// image names any more (another agent deleted their image, or did while
+// this one was down) and rebuilds the bootloader table (another agent
+// imported a bootloader). Blobs an image gained elsewhere are fetched
+// from a peer when first asked for.
+func (a *Agent) followImages(ctx context.Context) {
+	for {
+		changed := a.store.ImagesChanged()
+		a.imagesMu.Lock()
+		a.pruneBlobs()
+		a.refreshBootloaders()
+		a.imagesMu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// pruneBlobs removes the blobs no recorded image names (its caller holds
+// imagesMu, so no import of this agent is between storing its blobs and
+// recording its image). A blob an import in progress holds is left to it;
+// on a failed read of the registry nothing is removed.
+func (a *Agent) pruneBlobs() {
+	used, err := a.store.ImageBlobsInUse()
+	if err != nil {
+		a.log.Warn("image blobs: not pruned", "err", err)
+		return
+	}
+	blobs, err := a.images.List()
+	if err != nil {
+		a.log.Warn("image blobs: not pruned", "err", err)
+		return
+	}
+	for _, b := range blobs {
+		if used[b.SHA256] {
+			continue
+		}
+		switch err := a.images.Remove(b.SHA256); {
+		case err == nil:
+			a.log.Info("image blob removed: no image names it", "sha256", b.SHA256, "bytes", b.Size)
+		case errors.Is(err, images.ErrNotFound), errors.Is(err, images.ErrInUse):
+		default:
+			a.log.Warn("remove image blob", "sha256", b.SHA256, "err", err)
+		}
+	}
+}
+
 // refreshBootloaders rebuilds the table of bootloader files the boot tree
 // serves by name, from the registry. It runs at start and after every
-// import and delete (under imagesMu), so a TFTP request for pxelinux.0
+// import and delete (under imagesMu), and when another agent changes
+// the registry (followImages), so a TFTP request for pxelinux.0
 // costs a map lookup, not a store read.
 func (a *Agent) refreshBootloaders() {
 	ims, err := a.store.Images()

@@ -63,6 +63,10 @@ type follower struct {
 	// of different addresses) stay in flight together.
 	alone sync.RWMutex
 
+	// imagesChanged is closed, and replaced, whenever the watch applies a
+	// change to the image registry (see ImagesChanged).
+	imagesChanged chan struct{}
+
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -175,7 +179,8 @@ func (f *follower) isOwn(rev int64) bool {
 // startFollowing loads the in-memory state at one revision and starts
 // the watch from the next.
 func (s *Store) startFollowing(e revEngine) error {
-	f := &follower{e: e, advanced: make(chan struct{}), own: map[int64]bool{}, inflight: map[uint64]chan struct{}{}, done: make(chan struct{})}
+	f := &follower{e: e, advanced: make(chan struct{}), own: map[int64]bool{}, inflight: map[uint64]chan struct{}{},
+		imagesChanged: make(chan struct{}), done: make(chan struct{})}
 	rev, err := s.loadState(e)
 	if err != nil {
 		return err
@@ -264,6 +269,8 @@ func (s *Store) watchLoop(ctx context.Context, rev int64) {
 			}
 		}
 		f.advance(rev)
+		// Images made or deleted meanwhile were not seen either.
+		f.imagesDidChange()
 		// Power requests made meanwhile were not seen: every machine
 		// with an open one is told again.
 		if ids, err := s.MachinesWithOpenPower(); err == nil {
@@ -277,6 +284,7 @@ func (s *Store) applyChanges(rev int64, changes []etcdkv.Change) error {
 	f := s.follow
 	var (
 		subnets bool
+		images  bool
 		power   []string
 		events  []Event
 	)
@@ -300,6 +308,8 @@ func (s *Store) applyChanges(rev int64, changes []etcdkv.Change) error {
 			s.ipam.macs.set(ip.Unmap(), mac, rev)
 		case string(bucketSubnets):
 			subnets = true
+		case string(bucketImages):
+			images = true
 		case string(bucketPowerRequests):
 			var r PowerRequest
 			if c.Created && json.Unmarshal(c.Value, &r) == nil && r.State == PowerPending {
@@ -319,6 +329,9 @@ func (s *Store) applyChanges(rev int64, changes []etcdkv.Change) error {
 	// The store's own requests and events were told by their commit.
 	foreign := (len(power) > 0 || len(events) > 0) && !f.isOwn(rev)
 	f.advance(rev)
+	if images {
+		f.imagesDidChange()
+	}
 	// Told after the state is applied: whoever hears of a request or an
 	// event may read the store and find what it was told of.
 	if foreign {
@@ -330,4 +343,29 @@ func (s *Store) applyChanges(rev int64, changes []etcdkv.Change) error {
 		}
 	}
 	return nil
+}
+
+// imagesDidChange wakes whoever waits on ImagesChanged.
+func (f *follower) imagesDidChange() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	close(f.imagesChanged)
+	f.imagesChanged = make(chan struct{})
+}
+
+// ImagesChanged returns a channel closed the next time the image registry
+// of a store on a shared engine changes: an image recorded or deleted,
+// here or by another agent (or possibly so: after the watch had to load
+// everything again). Each agent keeps the blobs of the registry's images
+// and serves bootloaders by name from it, so it looks again then. On a
+// database file, which only this process changes, it is nil: never
+// closed.
+func (s *Store) ImagesChanged() <-chan struct{} {
+	f := s.follow
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.imagesChanged
 }

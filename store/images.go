@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"sort"
 	"time"
@@ -184,6 +185,33 @@ func (s *Store) DeleteImage(ctx context.Context, actor Actor, name, arch string)
 		return Image{}, err
 	}
 	return im, nil
+}
+
+// ImageBlobsInUse returns every blob digest (files and chunk lists) some
+// recorded image names.
+func (s *Store) ImageBlobsInUse() (map[string]bool, error) {
+	used := map[string]bool{}
+	err := s.view(func(t *Tx) error {
+		clear(used) // an engine may run a view again
+		return t.tx.Bucket(bucketImages).ForEach(func(k, _ []byte) error {
+			var im Image
+			if _, err := t.get(bucketImages, k, &im); err != nil {
+				return err
+			}
+			for _, f := range im.Files {
+				for _, h := range []string{f.SHA256, f.Chunks} {
+					if h != "" {
+						used[h] = true
+					}
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the image registry: %w", err)
+	}
+	return used, nil
 }
 
 // ImageBlobInUse reports whether any recorded image has a file, or a

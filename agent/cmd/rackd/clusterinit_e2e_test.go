@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -205,6 +206,20 @@ func TestClusterInitJoin(t *testing.T) {
 	// The peer route is for the cluster's agents only.
 	if st, _, _ := a.d.api(hc, token, "GET", "/api/v1/cluster/blobs/"+sum(kernel), nil, nil); st != 401 {
 		t.Fatalf("a blob over the plain API: %d, want 401", st)
+	}
+	// The image deleted on a: b, told by the registry's watch, removes the
+	// copy it fetched.
+	if st, raw, err := a.d.api(hc, token, "DELETE", "/api/v1/images/peer-test/amd64", nil, nil); err != nil || st != 200 {
+		t.Fatalf("delete the image on a: %d %s %v", st, raw, err)
+	}
+	fetched := filepath.Join(b.state, "images", "sha256", sum(kernel))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(fetched); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b kept the blob of the image deleted on a:\n%s", b.d.stderr.String())
+		}
 	}
 
 	// c dies (its member with it): a and b keep a quorum and write.
