@@ -215,23 +215,37 @@ func (a *Agent) deleteImage(w http.ResponseWriter, r *http.Request, who store.Ac
 }
 
 // removeUnusedBlobs removes the blobs of fs (and of their chunk lists)
-// that no recorded image uses. A blob an import in progress holds is left
-// to it. Failures are logged: a leftover blob wastes space but breaks
-// nothing.
+// that no recorded image uses.
 func (a *Agent) removeUnusedBlobs(fs []store.ImageFile) {
+	var hs []string
 	for _, f := range fs {
-		for _, h := range []string{f.SHA256, f.Chunks} {
-			if h == "" || a.store.ImageBlobInUse(h) {
-				continue
-			}
-			err := a.images.Remove(h)
-			switch {
-			case err == nil, errors.Is(err, images.ErrNotFound):
-			case errors.Is(err, images.ErrInUse):
-				a.log.Debug("image blob kept: an import in progress uses it", "sha256", h)
-			default:
-				a.log.Warn("remove image blob", "sha256", h, "err", err)
-			}
+		hs = append(hs, f.SHA256, f.Chunks)
+	}
+	a.removeBlobsNotInUse(hs)
+}
+
+// removeBlobsNotInUse removes those of hs that no recorded image names,
+// reading the registry once. A blob an import in progress holds is left to
+// it; on a failed read of the registry nothing is removed. Failures are
+// logged: a leftover blob wastes space but breaks nothing.
+func (a *Agent) removeBlobsNotInUse(hs []string) {
+	used, err := a.store.ImageBlobsInUse()
+	if err != nil {
+		a.log.Warn("image blobs: none removed", "err", err)
+		return
+	}
+	for _, h := range hs {
+		if h == "" || used[h] {
+			continue
+		}
+		switch err := a.images.Remove(h); {
+		case err == nil:
+			a.log.Info("image blob removed: no image names it", "sha256", h)
+		case errors.Is(err, images.ErrNotFound):
+		case errors.Is(err, images.ErrInUse):
+			a.log.Debug("image blob kept: an import in progress uses it", "sha256", h)
+		default:
+			a.log.Warn("remove image blob", "sha256", h, "err", err)
 		}
 	}
 }
@@ -260,31 +274,18 @@ func (a *Agent) followImages(ctx context.Context) {
 
 // pruneBlobs removes the blobs no recorded image names (its caller holds
 // imagesMu, so no import of this agent is between storing its blobs and
-// recording its image). A blob an import in progress holds is left to it;
-// on a failed read of the registry nothing is removed.
+// recording its image).
 func (a *Agent) pruneBlobs() {
-	used, err := a.store.ImageBlobsInUse()
-	if err != nil {
-		a.log.Warn("image blobs: not pruned", "err", err)
-		return
-	}
 	blobs, err := a.images.List()
 	if err != nil {
 		a.log.Warn("image blobs: not pruned", "err", err)
 		return
 	}
-	for _, b := range blobs {
-		if used[b.SHA256] {
-			continue
-		}
-		switch err := a.images.Remove(b.SHA256); {
-		case err == nil:
-			a.log.Info("image blob removed: no image names it", "sha256", b.SHA256, "bytes", b.Size)
-		case errors.Is(err, images.ErrNotFound), errors.Is(err, images.ErrInUse):
-		default:
-			a.log.Warn("remove image blob", "sha256", b.SHA256, "err", err)
-		}
+	hs := make([]string, len(blobs))
+	for i, b := range blobs {
+		hs[i] = b.SHA256
 	}
+	a.removeBlobsNotInUse(hs)
 }
 
 // refreshBootloaders rebuilds the table of bootloader files the boot tree

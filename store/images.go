@@ -218,22 +218,8 @@ func (s *Store) ImageBlobsInUse() (map[string]bool, error) {
 // disk file's chunk list, with the given SHA-256. A read error counts as in use, so blobs are never removed
 // on doubt.
 func (s *Store) ImageBlobInUse(sha string) bool {
-	used := false
-	err := s.view(func(t *Tx) error {
-		return t.tx.Bucket(bucketImages).ForEach(func(k, _ []byte) error {
-			var im Image
-			if _, err := t.get(bucketImages, k, &im); err != nil {
-				return err
-			}
-			for _, f := range im.Files {
-				if f.SHA256 == sha || f.Chunks == sha {
-					used = true
-				}
-			}
-			return nil
-		})
-	})
-	return used || err != nil
+	used, err := s.ImageBlobsInUse()
+	return err != nil || used[sha]
 }
 
 // checkDeployImage is the rule for what a deploy may install: an image of
