@@ -44,7 +44,7 @@ set -uo pipefail
 
 go=${GO:-go}
 logs=$(mktemp -d)
-pids=() names=() cmds=() main_pid=
+pids=() names=() cmds=() failed=() main_pid=
 # Every job runs in the background in a process group of its own and the
 # script waits on them: bash runs a trap only once its foreground command
 # ends, and an interrupted make test must leave none behind.
@@ -59,6 +59,15 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# summarize NAME LOG: the lines of a go test run's output LOG that say
+# what failed: the failed tests, the last lines the tests logged (the
+# failure's own among them), panics, timeouts and the failed packages.
+summarize() {
+	echo "--- $1:"
+	grep -a -E -e '^[[:space:]]*--- FAIL' -e '^[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+: ' \
+		-e '^panic: ' -e '^FAIL' -e 'test timed out' -e '^fatal error' "$2" | cut -c1-400 | tail -n 60
+}
 
 # beside NAME ENV... -- GO-TEST-ARGS...: one go test run beside the rest.
 beside() {
@@ -94,7 +103,7 @@ mapfile -t pkgs < <("$go" list ./... | grep -v -x -e rackd/e2e -e rackd/e2e/appl
 # The store's whole suite once more, on a real etcd instead of its
 # database file (store/kv/etcdkv; the test starts its own etcd member).
 beside "the store's tests on etcd" RACKD_STORE_ENGINE=etcd -- -timeout 15m ./store/
-CGO_ENABLED=1 setsid "$go" test -race -count=1 -timeout 20m "${pkgs[@]}" &
+CGO_ENABLED=1 setsid "$go" test -race -count=1 -timeout 20m "${pkgs[@]}" > >(tee "$logs/main") 2>&1 &
 main_pid=$!
 
 # with_image IMG: start the runs that need image IMG.
@@ -137,7 +146,9 @@ while [ "${#image_pid[@]}" -gt 0 ]; do
 	done
 done
 
-wait "$main_pid" || rc=1
+wait "$main_pid"
+main_rc=$?
+[ "$main_rc" -eq 0 ] || rc=1
 main_pid=
 for i in ${pids[@]+"${!pids[@]}"}; do
 	wait "${pids[$i]}"
@@ -145,6 +156,19 @@ for i in ${pids[@]+"${!pids[@]}"}; do
 	pids[i]=
 	echo "--- ${names[$i]} (${cmds[$i]}):"
 	cat "$logs/$i"
-	[ "$brc" -eq 0 ] || rc=1
+	if [ "$brc" -ne 0 ]; then
+		rc=1
+		failed+=("$i")
+	fi
 done
+# A failed test prints its whole log, a rackd's goroutine dump included: the
+# tail of make test's output says which tests failed and where, and how
+# each failing run ended.
+if [ "$main_rc" -ne 0 ] || [ "${#failed[@]}" -gt 0 ]; then
+	echo "--- make test failed; the failures, as each run printed them:"
+	[ "$main_rc" -eq 0 ] || summarize "the packages that boot no image" "$logs/main"
+	for i in ${failed[@]+"${failed[@]}"}; do
+		summarize "${names[$i]}" "$logs/$i"
+	done
+fi
 exit "$rc"
