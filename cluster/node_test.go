@@ -16,9 +16,11 @@ import (
 	"rackd/internal/etcdtest"
 )
 
-// 3 s: a member paused while it leads etcd costs an etcd election (about
-// 1 s here), which the other nodes' keepalives must outlast.
-const ttl = 3 * time.Second
+// The agents' default: a member paused while it leads etcd costs an etcd
+// election (1-2 s here, more under load), which the other nodes'
+// keepalives must outlast, or they lose their own sessions too (3 s did
+// not, on two loaded cores).
+const ttl = cluster.DefaultSessionTTL
 
 // failover bounds how long a leadership may stay without a leader after
 // its leader stopped: the lease's TTL, and 2 s for etcd to expire it and
@@ -115,6 +117,44 @@ func waitOneLeader(t *testing.T, nodes []*node, elections []string, within time.
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("within %v, not one leader each: %v", within, ls)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// memberID is the ID of the etcd member at url.
+func memberID(t *testing.T, cli *clientv3.Client, url string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, url)
+	if err != nil {
+		t.Fatalf("status of etcd member %s: %v", url, err)
+	}
+	return st.Header.MemberId
+}
+
+// waitEtcdLeader waits until a member other than the paused one (index
+// paused, ID pausedID) reports a leader that is not the paused member.
+func waitEtcdLeader(t *testing.T, cli *clientv3.Client, c *etcdtest.Cluster, paused int, pausedID uint64) {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(30 * time.Second)
+	for {
+		for i := range 3 {
+			if i == paused {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st, err := cli.Status(ctx, c.Member(i).ClientURL)
+			cancel()
+			if err == nil && st.Leader != 0 && st.Leader != pausedID {
+				t.Logf("etcd has a leader %v after its member %d paused", time.Since(start).Round(time.Millisecond), paused)
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd elected no leader among the members left within 30s of pausing member %d", paused)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -266,11 +306,17 @@ func TestLeadership(t *testing.T) {
 	// other node leads everything within the bound.
 	second := lead["dhcp 10.0.1.0/24"]
 	old, _ = nodes[second].DHCP(subnets[1])
+	pausedID := memberID(t, check, c.Member(second).ClientURL)
 	c.Pause(second)
 	paused := nodes[second]
 	nodes[second] = nil
+	// If the paused member led etcd, nothing commits until the others
+	// elect a leader (their election timeout, longer on a loaded
+	// machine), and the new leader renews every lease by its TTL: the
+	// bound starts when etcd has a leader again.
+	waitEtcdLeader(t, check, c, second, pausedID)
 	// The remaining node's elections only: the paused one cannot say.
-	lead = waitOneLeader(t, nodes, elections, failover+2*time.Second) // + an etcd leader election, if the paused member led
+	lead = waitOneLeader(t, nodes, elections, failover)
 	if holds(t, check, old) {
 		t.Fatalf("the fence of a leader that lost its session still holds: %+v", old)
 	}
