@@ -141,7 +141,7 @@ func waitEtcdLeader(t *testing.T, cli *clientv3.Client, c *etcdtest.Cluster, pau
 	start := time.Now()
 	deadline := start.Add(30 * time.Second)
 	for {
-		for i := range 3 {
+		for i := range len(c.Endpoints()) {
 			if i == paused {
 				continue
 			}
