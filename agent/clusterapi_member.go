@@ -153,7 +153,7 @@ func (a *Agent) startMember(cfg Config) error {
 		return fmt.Errorf("cluster.etcd_member: %w", err)
 	}
 	defer cli.Close()
-	if err := etcdmember.Promote(ctx, cli, m.Name); err != nil {
+	if err := etcdmember.Promote(ctx, cli, m); err != nil {
 		return fmt.Errorf("cluster.etcd_member: %w", err)
 	}
 	return nil

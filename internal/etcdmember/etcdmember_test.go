@@ -193,7 +193,7 @@ func TestThreeMembers(t *testing.T) {
 			t.Fatalf("initial cluster for %s: %v", m.Name, initial)
 		}
 		m.start(t, initial, true)
-		if err := Promote(ctx, c0, m.Name); err != nil {
+		if err := Promote(ctx, c0, m.Member); err != nil {
 			t.Fatal(err)
 		}
 		ms = append(ms, m)
@@ -242,8 +242,18 @@ func TestThreeMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Promote asked before the learner has published its name (as a
+	// loaded machine's rackd serve can): it finds the learner by its peer
+	// URL and waits for it to catch up.
+	promoted := make(chan error, 1)
+	go func() {
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		promoted <- Promote(pctx, clients[1], repl.Member)
+	}()
+	time.Sleep(time.Second)
 	repl.start(t, initial, true)
-	if err := Promote(ctx, clients[1], repl.Name); err != nil {
+	if err := <-promoted; err != nil {
 		t.Fatal(err)
 	}
 	if got := get(t, repl.client(t), "k"); got != "after1" {

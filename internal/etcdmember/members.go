@@ -3,9 +3,11 @@ package etcdmember
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -70,41 +72,52 @@ func Add(ctx context.Context, cli *clientv3.Client, m Member) (map[string]string
 	return initial, nil
 }
 
-// Promote makes the learner named name a voting member, once it has caught
-// up with the leader (tried again until then, or until ctx ends). A member
-// that votes already is left alone. cli must not talk to the learner
-// itself only: a learner serves no such request.
-func Promote(ctx context.Context, cli *clientv3.Client, name string) error {
+// Promote makes the learner m a voting member, once it has caught up with
+// the leader (tried again until then, or until ctx ends). A member that
+// votes already is left alone. cli must not talk to the learner itself
+// only: a learner serves no such request.
+//
+// The learner is found by its name or, until it has published its name
+// through the leader (a started member does so moments after it listens,
+// later on a loaded machine), by the peer URL it was added with.
+func Promote(ctx context.Context, cli *clientv3.Client, m Member) error {
 	for {
 		list, err := cli.MemberList(ctx)
 		if err != nil {
 			return fmt.Errorf("etcdmember: list members: %w", err)
 		}
-		var id uint64
-		for _, o := range list.Members {
-			if o.Name == name {
-				if !o.IsLearner {
-					return nil
-				}
-				id = o.ID
-			}
-		}
-		if id == 0 {
-			return fmt.Errorf("etcdmember: %w: %s is not (or not yet, by that name) in the cluster", ErrNoMember, name)
-		}
-		_, err = cli.MemberPromote(ctx, id)
-		if err == nil {
+		id, learner, found := findMember(list.Members, m)
+		switch {
+		case found && !learner:
 			return nil
-		}
-		if !strings.Contains(err.Error(), "in sync with leader") && !strings.Contains(err.Error(), "unhealthy cluster") {
-			return fmt.Errorf("etcdmember: promote %s: %w", name, err)
+		case found:
+			_, err = cli.MemberPromote(ctx, id)
+			if err == nil {
+				return nil
+			}
+			if !strings.Contains(err.Error(), "in sync with leader") && !strings.Contains(err.Error(), "unhealthy cluster") {
+				return fmt.Errorf("etcdmember: promote %s: %w", m.Name, err)
+			}
+		default:
+			return fmt.Errorf("etcdmember: %w: no member named %s or with peer URL %s in the cluster", ErrNoMember, m.Name, m.PeerURL)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("etcdmember: promote %s: %w (until %w)", name, err, ctx.Err())
+			return fmt.Errorf("etcdmember: promote %s: %w (until %w)", m.Name, err, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// findMember finds m in a member list: by name, or by peer URL for a
+// member that has not published its name yet.
+func findMember(list []*etcdserverpb.Member, m Member) (id uint64, learner, found bool) {
+	for _, o := range list {
+		if o.Name == m.Name || (o.Name == "" && m.PeerURL != "" && slices.Contains(o.PeerURLs, m.PeerURL)) {
+			return o.ID, o.IsLearner, true
+		}
+	}
+	return 0, false, false
 }
 
 // Remove removes the member named name from the cluster.
