@@ -456,13 +456,36 @@ func (l *lab) waitDeployedOS(token, id string) (api.Machine, *api.Deployment) {
 			return m, d
 		}
 		if m.State == "FAILED_DEPLOYMENT" {
-			l.t.Fatalf("FAILED_DEPLOYMENT: %+v", l.events(id))
+			l.failedPhase(id)
 		}
 		if time.Now().After(deadline) {
 			l.t.Fatalf("machine %s is %s after %v, waiting for DEPLOYED (deployment %+v)", id, m.State, bound, d)
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// failedPhase fails the test on a machine that failed its phase: each
+// event on a line of its own, the failure's reason in the fatal line (make
+// test's summary keeps a test's logged lines, not what follows their first
+// line).
+func (l *lab) failedPhase(id string) {
+	l.t.Helper()
+	evs := l.events(id)
+	if len(evs) == 0 {
+		l.t.Fatalf("machine %s failed its phase and has no events", id)
+	}
+	reason := "no event gives a reason"
+	for _, e := range evs {
+		l.t.Logf("event %d %s %s %s: %s -> %s: %q", e.Seq, e.Time.Format(time.RFC3339), e.Actor, e.Action, e.From, e.To, e.Reason)
+		if e.Reason != "" {
+			reason = e.Reason
+		}
+	}
+	if c := evs[len(evs)-1].Console; c != "" {
+		l.t.Logf("console at the failure:\n%s", c)
+	}
+	l.t.Fatalf("%s: %s", evs[len(evs)-1].To, reason)
 }
 
 // waitStateFor is waitState with its own bound.

@@ -127,7 +127,10 @@ func launchDaemon(t *testing.T, prefix []string, stateDir string, extra ...strin
 	case d.url = <-urls:
 		return d
 	case <-d.exited:
-		t.Fatalf("rackd exited before serving (%v):\n%s", d.err, d.stderr.String())
+		// The last line (rackd's error) first: make test's summary keeps
+		// a test's first line of output, not what follows it.
+		all := strings.TrimSpace(d.stderr.String())
+		t.Fatalf("rackd exited before serving (%v): %s\n%s", d.err, all[strings.LastIndexByte(all, '\n')+1:], all)
 	case <-time.After(30 * time.Second):
 		t.Fatalf("rackd did not start within 30s:\n%s", d.stderr.String())
 	}

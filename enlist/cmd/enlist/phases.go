@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"rackd/enlist"
@@ -348,12 +349,13 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, cl
 	if resp.ContentLength >= 0 && resp.ContentLength != p.img.Size {
 		return deploy.Result{}, target.Name, fmt.Errorf("fetch the image: %s is %d bytes, rackd.image_size says %d", u, resp.ContentLength, p.img.Size)
 	}
-	body := &stallReader{r: resp.Body, t: time.AfterFunc(stallTimeout, func() {
+	body := newStallReader(resp.Body, stallTimeout, func() {
 		cancel(fmt.Errorf("the image download made no progress for %s", stallTimeout))
-	})}
-	defer body.t.Stop()
+	})
+	defer body.stop()
 	start, lastSaid := time.Now(), time.Now()
 	res, err := deploy.Write(ctx, body, d, p.img, deploy.Options{Seed: seed, DiskSize: target.SizeBytes, Progress: func(n int64) {
+		body.Progress()
 		if time.Since(lastSaid) >= 5*time.Second {
 			lastSaid = time.Now()
 			say("written %d of %d bytes", n, rawSize)
@@ -382,18 +384,50 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, cl
 	return res, target.Name, nil
 }
 
-// stallReader resets its timer on every read that returns data.
+// stallReader calls its stall function when a download makes no progress
+// for its timeout: no read returned data and no byte reached the disk
+// (Progress). Bytes waiting for a slow disk hold the download back: that is
+// not a stall. Once the body is read to its end, the download is over and
+// the timer stops: the disk's final flush, however long a loaded host makes
+// it, is not the download's.
 type stallReader struct {
 	r io.Reader
+	d time.Duration
 	t *time.Timer
+
+	mu   sync.Mutex // Read and Progress come from different goroutines
+	done bool
+}
+
+func newStallReader(r io.Reader, d time.Duration, stalled func()) *stallReader {
+	return &stallReader{r: r, d: d, t: time.AfterFunc(d, stalled)}
 }
 
 func (s *stallReader) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
-	if n > 0 {
-		s.t.Reset(stallTimeout)
+	if err == io.EOF {
+		s.stop()
+	} else if n > 0 {
+		s.Progress()
 	}
 	return n, err
+}
+
+// Progress records progress: bytes read, or written to the disk.
+func (s *stallReader) Progress() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.done {
+		s.t.Reset(s.d)
+	}
+}
+
+// stop ends the watch for good.
+func (s *stallReader) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = true
+	s.t.Stop()
 }
 
 // eraseDisks wipes the first and last MiB of the chosen disk ("auto":
