@@ -88,6 +88,7 @@ type Config struct {
 		ProbeTimeout Duration `toml:"probe_timeout"`
 		CommitDelay  Duration `toml:"commit_delay"`
 		CommitBatch  int      `toml:"commit_batch"`
+		ReadCoalesce Duration `toml:"read_coalesce"`
 		NextServer   string   `toml:"next_server"`
 		HTTPURL      string   `toml:"http_url"`
 	} `toml:"dhcp"`
@@ -239,6 +240,9 @@ func (c Config) Validate() error {
 	}
 	if c.DHCP.CommitBatch < 1 {
 		errs = append(errs, errors.New("dhcp.commit_batch must be at least 1"))
+	}
+	if c.DHCP.ReadCoalesce < 0 || c.DHCP.ReadCoalesce > Duration(100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("dhcp.read_coalesce %v: want 0s (none) up to 100ms", time.Duration(c.DHCP.ReadCoalesce)))
 	}
 	if _, _, err := c.dhcpAddrs(); err != nil {
 		errs = append(errs, err)

@@ -128,3 +128,38 @@ func TestRecvManySendMany(t *testing.T) {
 		t.Errorf("sendMany of nothing after Close: %v", err)
 	}
 }
+
+// TestCoalescer: a reader waits before its next read only while requests
+// keep coming and its last read did not fill its batch.
+func TestCoalescer(t *testing.T) {
+	const d = time.Millisecond
+	t0 := time.Unix(1000, 0)
+	cases := []struct {
+		name  string
+		d     time.Duration
+		reads []time.Duration // when each read returned, after t0
+		ns    []int           // what each read returned
+		want  []time.Duration // the wait after each
+	}{
+		{"a lone request is answered and read after at once", d, []time.Duration{0}, []int{1}, []time.Duration{0}},
+		{"steady requests: wait after each read", d,
+			[]time.Duration{0, 250 * time.Microsecond, 1500 * time.Microsecond, 2800 * time.Microsecond},
+			[]int{1, 1, 4, 5}, []time.Duration{0, d, d, d}},
+		{"a full batch: more is queued, read at once", d,
+			[]time.Duration{0, 100 * time.Microsecond}, []int{1, batchSize}, []time.Duration{0, 0}},
+		{"a quiet spell ends the waits", d,
+			[]time.Duration{0, time.Millisecond, time.Second, time.Second + time.Millisecond},
+			[]int{1, 1, 1, 1}, []time.Duration{0, d, 0, d}},
+		{"switched off", -1, []time.Duration{0, 100 * time.Microsecond}, []int{1, 1}, []time.Duration{0, 0}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			co := coalescer{d: c.d}
+			for i, at := range c.reads {
+				if got := co.next(t0.Add(at), c.ns[i]); got != c.want[i] {
+					t.Errorf("read %d (%d datagrams at +%v): wait %v, want %v", i, c.ns[i], at, got, c.want[i])
+				}
+			}
+		})
+	}
+}

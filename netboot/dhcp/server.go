@@ -32,6 +32,7 @@ const (
 	DefaultPort           = dhcpv4.ServerPort // 67
 	DefaultQueueSize      = 1024
 	DefaultRequestTimeout = 5 * time.Second
+	DefaultReadCoalesce   = 2 * time.Millisecond
 )
 
 // maxPacket is the read buffer size: the largest UDP payload, so that no
@@ -70,6 +71,14 @@ type Config struct {
 	// (DefaultRequestTimeout if 0); a client retransmits after about 4 s
 	// anyway.
 	RequestTimeout time.Duration
+	// ReadCoalesce is how long a socket's reader waits, while requests
+	// keep coming, before it reads again after serving what it read
+	// (DefaultReadCoalesce if 0, none if negative): the requests that
+	// arrive meanwhile are read, answered and sent in one system call each
+	// way and one wake-up, instead of one each per request. It adds at
+	// most that much to a reply; clients wait seconds before they
+	// retransmit.
+	ReadCoalesce time.Duration
 }
 
 // Conn is one socket the server reads requests from, and the interface it
@@ -171,6 +180,9 @@ func New(cfg Config, leases Leases, prober Prober, boot netboot.BootConfig, log 
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.ReadCoalesce == 0 {
+		cfg.ReadCoalesce = DefaultReadCoalesce
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
