@@ -196,6 +196,11 @@ func TestThreeMembers(t *testing.T) {
 		if err := Promote(ctx, c0, m.Member); err != nil {
 			t.Fatal(err)
 		}
+		// Promoted means the member itself serves as a voter: a client
+		// that picks it is answered at once.
+		if st, err := c0.Status(ctx, m.ClientURL); err != nil || st.IsLearner {
+			t.Fatalf("%s after Promote: %v, still a learner by its own status; want a voter", m.Name, err)
+		}
 		ms = append(ms, m)
 	}
 	if _, err := Add(ctx, c0, ms[1].Member); err == nil {
@@ -255,6 +260,9 @@ func TestThreeMembers(t *testing.T) {
 	repl.start(t, initial, true)
 	if err := <-promoted; err != nil {
 		t.Fatal(err)
+	}
+	if st, err := clients[1].Status(ctx, repl.ClientURL); err != nil || st.IsLearner {
+		t.Fatalf("the replacement after Promote: %v, still a learner by its own status; want a voter", err)
 	}
 	if got := get(t, repl.client(t), "k"); got != "after1" {
 		t.Fatalf("through the replacement: k=%q, want after1", got)

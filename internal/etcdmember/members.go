@@ -2,6 +2,7 @@ package etcdmember
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -89,11 +90,11 @@ func Promote(ctx context.Context, cli *clientv3.Client, m Member) error {
 		id, learner, found := findMember(list.Members, m)
 		switch {
 		case found && !learner:
-			return nil
+			return waitVoter(ctx, cli, m)
 		case found:
 			_, err = cli.MemberPromote(ctx, id)
 			if err == nil {
-				return nil
+				return waitVoter(ctx, cli, m)
 			}
 			if !strings.Contains(err.Error(), "in sync with leader") && !strings.Contains(err.Error(), "unhealthy cluster") {
 				return fmt.Errorf("etcdmember: promote %s: %w", m.Name, err)
@@ -105,6 +106,30 @@ func Promote(ctx context.Context, cli *clientv3.Client, m Member) error {
 		case <-ctx.Done():
 			return fmt.Errorf("etcdmember: promote %s: %w (until %w)", m.Name, err, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// waitVoter waits until m's own member has applied its promotion: until
+// then it still refuses, as a learner, every request a client sends it
+// ("rpc not supported for learner"), and a client of the cluster that
+// picks it (rackd serve opening its store through every member) fails.
+func waitVoter(ctx context.Context, cli *clientv3.Client, m Member) error {
+	if m.ClientURL == "" {
+		return nil
+	}
+	for {
+		st, err := cli.Status(ctx, m.ClientURL)
+		if err == nil && !st.IsLearner {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("it still reports itself a learner")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcdmember: %s promoted, but its member at %s did not serve as a voter: %w (until %w)", m.Name, m.ClientURL, err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
