@@ -561,7 +561,16 @@ func (n *Node) set(l Leadership, held bool) {
 // It converges: an agent only gives up what is over its share, and the
 // shares add up to at least the elections.
 func (n *Node) balance(ctx context.Context, s *concurrency.Session) {
-	t := time.NewTicker(2 * n.cfg.SessionTTL)
+	everyWhile(ctx, s, 2*n.cfg.SessionTTL, func() {
+		rctx, cancel := context.WithTimeout(ctx, n.cfg.SessionTTL)
+		defer cancel()
+		n.balanceOnce(rctx)
+	})
+}
+
+// everyWhile calls fn every period while ctx and the session s live.
+func everyWhile(ctx context.Context, s *concurrency.Session, period time.Duration, fn func()) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -571,9 +580,7 @@ func (n *Node) balance(ctx context.Context, s *concurrency.Session) {
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, n.cfg.SessionTTL)
-		n.balanceOnce(rctx)
-		cancel()
+		fn()
 	}
 }
 
@@ -623,26 +630,17 @@ func (n *Node) balanceOnce(ctx context.Context) {
 // the agent's writes see it.
 func (n *Node) probe(ctx context.Context, s *concurrency.Session) {
 	key := agentsPrefix(n.cfg.Prefix) + n.cfg.Name
-	t := time.NewTicker(n.cfg.SessionTTL / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.Done():
-			return
-		case <-t.C:
-		}
+	everyWhile(ctx, s, n.cfg.SessionTTL/2, func() {
 		pctx, cancel := context.WithTimeout(ctx, n.cfg.SessionTTL)
+		defer cancel()
 		start := time.Now()
 		_, err := n.cli.Get(pctx, key)
-		cancel()
 		if err == nil {
 			n.m.latency.Observe(time.Since(start).Seconds())
 		} else if !errors.Is(err, context.Canceled) {
 			n.m.probeErrors.Inc()
 		}
-	}
+	})
 }
 
 // sleep waits d; false when ctx ended first.
