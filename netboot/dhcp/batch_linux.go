@@ -181,11 +181,8 @@ func (s *Server) readBatched(ctx context.Context, c Conn) (bool, error) {
 	}
 	in := newRecvBatch()
 	out := &outbox{s: s, c: c, sock: bs}
-	var (
-		y    yielder
-		co   = coalescer{d: s.cfg.ReadCoalesce}
-		wait = bs.pause
-	)
+	var y yielder
+	co := coalescer{d: s.cfg.ReadCoalesce}
 	for {
 		if err := bs.recvMany(in); err != nil {
 			if ctx.Err() != nil {
@@ -206,7 +203,7 @@ func (s *Server) readBatched(ctx context.Context, c Conn) (bool, error) {
 		}
 		out.flush(ctx)
 		if d := co.next(at, in.n); d > 0 {
-			wait(d)
+			bs.pause(d)
 		}
 	}
 }
