@@ -48,13 +48,19 @@ func freshPrefix() string { return fmt.Sprintf("/agents-%d/", prefixN.Add(1)) }
 // several would; it checks the invariants and closes at the test's end.
 func openAgent(t *testing.T, cli *clientv3.Client, prefix string, opts ...func(*store.Options)) *store.Store {
 	t.Helper()
+	return openAgentOn(t, etcdkv.New(cli, etcdkv.Options{Prefix: prefix}), opts...)
+}
+
+// openAgentOn is openAgent on an engine of the test's.
+func openAgentOn(t *testing.T, e store.Engine, opts ...func(*store.Options)) *store.Store {
+	t.Helper()
 	var o store.Options
 	for _, f := range opts {
 		f(&o)
 	}
-	s, err := store.OpenEngine(etcdkv.New(cli, etcdkv.Options{Prefix: prefix}), "etcd", o)
+	s, err := store.OpenEngine(e, "etcd", o)
 	if err != nil {
-		t.Fatalf("open the store on etcd %s: %v", prefix, err)
+		t.Fatalf("open the store on etcd: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := s.Check(); err != nil {
@@ -373,5 +379,93 @@ func TestQuorumLost(t *testing.T) {
 	got := leaseMap(t, s)
 	if got[addr("10.0.0.150")] != macA || got[addr("10.0.0.152")] != macC {
 		t.Errorf("leases after the quorum came back: %v, want 10.0.0.150 for %s and 10.0.0.152 for %s", got, macA, macC)
+	}
+}
+
+// deafEngine is an etcd engine whose watch the test can stop from
+// delivering (the agent stalls: paused, partitioned, slow), then send back
+// to the first revision it missed, which the test has compacted away
+// meanwhile: etcd then ends the watch with ErrCompacted, as it does for an
+// agent that was away too long.
+type deafEngine struct {
+	*etcdkv.DB
+	mu     sync.Mutex
+	deaf   bool
+	missed int64 // the first revision not delivered
+	resume chan struct{}
+}
+
+func (w *deafEngine) setDeaf() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deaf = true
+}
+
+func (w *deafEngine) Watch(ctx context.Context, from int64, fn func(int64, []etcdkv.Change) error) error {
+	for {
+		wctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() {
+			errc <- w.DB.Watch(wctx, from, func(rev int64, ch []etcdkv.Change) error {
+				w.mu.Lock()
+				deaf := w.deaf
+				if deaf && w.missed == 0 {
+					w.missed = rev
+				}
+				w.mu.Unlock()
+				if deaf {
+					return nil
+				}
+				return fn(rev, ch)
+			})
+		}()
+		select {
+		case err := <-errc:
+			cancel()
+			return err
+		case <-w.resume:
+			cancel()
+			<-errc
+			w.mu.Lock()
+			from, w.deaf = w.missed, false
+			w.mu.Unlock()
+		}
+	}
+}
+
+// TestReloadAfterCompaction: an agent whose watch fell behind a compaction
+// (etcd no longer has the changes it missed) loads its state again at a new
+// revision and serves what the other agent did meanwhile: a subnet it never
+// saw made, and a lease it never saw acknowledged.
+func TestReloadAfterCompaction(t *testing.T) {
+	cli := etcdClient(t)
+	prefix := freshPrefix()
+	clk := &fakeClock{now: t0}
+	withClock := func(o *store.Options) { o.Now = clk.Now }
+	a := openAgent(t, cli, prefix, withClock)
+	w := &deafEngine{DB: etcdkv.New(cli, etcdkv.Options{Prefix: prefix}), resume: make(chan struct{})}
+	b := openAgentOn(t, w, withClock)
+	mustSubnet(t, a, lab())
+	caughtUp(t, cli, b)
+
+	w.setDeaf()
+	mustSubnet(t, a, lab2())
+	got := lease(t, a, macA, link, "10.0.0.150")
+	if _, err := b.DHCPOffer(bg, store.LeaseRequest{MAC: macB, Link: link2}); err == nil {
+		t.Fatal("B offered on a subnet its watch never delivered: the test's deafness does not hold")
+	}
+	if _, err := cli.Compact(bg, clusterRev(t, cli)); err != nil {
+		t.Fatal(err)
+	}
+	w.resume <- struct{}{}
+
+	caughtUp(t, cli, b)
+	if g, err := b.DHCPOffer(bg, store.LeaseRequest{MAC: macB, Link: link2}); err != nil {
+		t.Fatalf("B after the reload, on the subnet A made while B was away: %v", err)
+	} else if !lab2Net.Contains(g.Address.IP) {
+		t.Fatalf("B offered %s, outside %s", g.Address.IP, lab2Net)
+	}
+	if g := mustOffer(t, b, store.LeaseRequest{MAC: macA, Link: link}); g.Address.IP != got {
+		t.Fatalf("B offers %s to %s after the reload, want its lease %s", g.Address.IP, macA, got)
 	}
 }
