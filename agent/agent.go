@@ -172,7 +172,7 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 		OnCommit:          a.onCommit,
 		IPAM: store.IPAMOptions{OfferHold: time.Duration(cfg.IPAM.OfferHold), PXELease: time.Duration(cfg.IPAM.PXELease),
 			Quarantine: time.Duration(cfg.IPAM.Quarantine), StickyOnCommission: &sticky,
-			LeaseCommitDelay: commitDelay(cfg.DHCP.CommitDelay), LeaseCommitBatch: cfg.DHCP.CommitBatch},
+			LeaseCommitDelay: noneIfZero(cfg.DHCP.CommitDelay), LeaseCommitBatch: cfg.DHCP.CommitBatch},
 	})
 	if err != nil {
 		return nil, err
@@ -522,9 +522,10 @@ func (a *Agent) releaser(ctx context.Context) {
 	}
 }
 
-// commitDelay maps dhcp.commit_delay to the store's option, where 0 means
-// "the default" and a negative value "none".
-func commitDelay(d Duration) time.Duration {
+// noneIfZero maps a configured duration whose "0s" means none
+// (dhcp.commit_delay, dhcp.read_coalesce) to an option where 0 means "the
+// default" and a negative value "none".
+func noneIfZero(d Duration) time.Duration {
 	if d == 0 {
 		return -1
 	}

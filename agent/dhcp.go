@@ -47,21 +47,12 @@ func (a *Agent) newDHCP(cfg Config) (*dhcp.Server, error) {
 		boot.HTTPBase = "http://" + ap.String()
 	}
 	srv, err := dhcp.New(dhcp.Config{Interfaces: cfg.DHCP.Interfaces, Addrs: addrs, Port: port,
-		Workers: cfg.DHCP.Workers, QueueSize: cfg.DHCP.Queue, ReadCoalesce: readCoalesce(cfg.DHCP.ReadCoalesce)},
+		Workers: cfg.DHCP.Workers, QueueSize: cfg.DHCP.Queue, ReadCoalesce: noneIfZero(cfg.DHCP.ReadCoalesce)},
 		dhcpLeases{a.store, a.cluster}, prober, boot, a.log.With("service", "dhcp"), a.metrics.reg)
 	if err != nil {
 		return nil, err // New closes the probers
 	}
 	return srv, nil
-}
-
-// readCoalesce maps dhcp.read_coalesce to the server's option: "0s" is
-// none, which the server spells negative (its 0 is its default).
-func readCoalesce(d Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return time.Duration(d)
 }
 
 // onLinkProber probes an address on the DHCP interface whose network holds
