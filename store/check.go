@@ -41,6 +41,7 @@ func (s *Store) check() error {
 		t.checkUsers(bad)
 		t.checkTokens(bad)
 		t.checkSSHKeys(bad)
+		t.checkUserFiles(bad)
 		t.checkDeployments(machines, bad)
 		t.checkAddresses(machines, bad)
 		return nil
