@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -178,5 +179,61 @@ func TestPowerRedfishGracefulOff(t *testing.T) {
 				t.Errorf("resets %v, want [%s]", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPowerAddressChecked: every driver that can tell a bad BMC address
+// (ipmi, redfish) refuses it when the power parameters are set, with a 400
+// saying what is wrong, and nothing is created or changed; a good one
+// passes. An ipmi port beyond 65535 used to be accepted and failed every
+// power request later.
+func TestPowerAddressChecked(t *testing.T) {
+	ta := startAgent(t)
+	for i, tc := range []struct {
+		driver, addr string
+		err          string // "" for accepted
+	}{
+		{"ipmi", "10.0.0.1:99999", `port "99999": want a number from 1 to 65535`},
+		{"ipmi", "10.0.0.1:0", "from 1 to 65535"},
+		{"ipmi", "10.0.0.300", "neither an IP address nor a DNS name"},
+		{"ipmi", "https://10.0.0.1", "no scheme"},
+		{"ipmi", "fd00::1:623:x", "in brackets"},
+		{"redfish", "https://10.0.0.1:99999", "from 1 to 65535"},
+		{"redfish", "10.0.0.1:70000", "from 1 to 65535"},
+		{"ipmi", "10.0.0.1:623", ""},
+		{"ipmi", "[fd00::1]:6230", ""},
+		{"ipmi", "bmc-7.example", ""},
+		{"redfish", "https://10.0.0.2:8443", ""},
+		// The manual driver's address is free text (a rack position).
+		{"manual", "rack3/U12", ""},
+	} {
+		name := fmt.Sprintf("p%d", i)
+		status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines", api.CreateMachine{Hostname: name,
+			MACs: []string{fmt.Sprintf("52:54:00:00:05:%02x", i)}, Power: &api.PowerParams{Driver: tc.driver, Address: tc.addr}}, nil)
+		if tc.err == "" {
+			if status != http.StatusCreated {
+				t.Errorf("%s %q: %d %s, want 201", tc.driver, tc.addr, status, raw)
+			}
+			continue
+		}
+		e := wantError(t, status, raw, http.StatusBadRequest, api.CodeBadRequest)
+		if !strings.Contains(e.Error, tc.err) || !strings.Contains(e.Error, "power address") {
+			t.Errorf("%s %q refused with %q, want it to say %q", tc.driver, tc.addr, e.Error, tc.err)
+		}
+		if status, _ := ta.call(t, ta.admin, "GET", "/api/v1/machines/"+name, nil, nil); status != http.StatusNotFound {
+			t.Errorf("%s %q: refused, yet the machine exists (%d)", tc.driver, tc.addr, status)
+		}
+	}
+	// A change of address alone is checked against the machine's driver.
+	ta.addMachine(t, api.CreateMachine{Hostname: "q", MACs: []string{"52:54:00:00:05:ff"},
+		Power: &api.PowerParams{Driver: "ipmi", Address: "10.0.0.9"}})
+	status, raw := ta.call(t, ta.admin, "PATCH", "/api/v1/machines/q", map[string]any{"power": map[string]any{"address": "10.0.0.9:99999"}}, nil)
+	if e := wantError(t, status, raw, http.StatusBadRequest, api.CodeBadRequest); !strings.Contains(e.Error, "from 1 to 65535") {
+		t.Errorf("patch to a bad port: %q", e.Error)
+	}
+	var m api.Machine
+	ta.call(t, ta.admin, "GET", "/api/v1/machines/q", nil, &m)
+	if m.Power.Address != "10.0.0.9" {
+		t.Errorf("after the refused patch the address is %q", m.Power.Address)
 	}
 }

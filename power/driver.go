@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -203,4 +206,67 @@ func NormalizeFingerprint(s string) (string, error) {
 // power request.
 type AddressChecker interface {
 	CheckAddress(addr string) error
+}
+
+// SplitHostPort parses a BMC address of the form HOST or HOST:PORT, where
+// HOST is an IPv4 address, an IPv6 address (bracketed when a port follows,
+// bare otherwise) or a DNS name, and PORT is 1 to 65535. It returns the host
+// (without brackets) and the port, or defaultPort when none is given. The
+// error says what is wrong with addr, for the operator who typed it.
+func SplitHostPort(addr string, defaultPort int) (string, int, error) {
+	if addr == "" {
+		return "", 0, errors.New("no BMC address")
+	}
+	if strings.Contains(addr, "://") || strings.ContainsAny(addr, "/?#@ \t") {
+		return "", 0, fmt.Errorf("BMC address %q: want HOST or HOST:PORT (no scheme, path or user)", addr)
+	}
+	host, port := addr, defaultPort
+	if h, p, err := net.SplitHostPort(addr); err == nil {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 || strings.TrimLeft(p, "0123456789") != "" {
+			return "", 0, fmt.Errorf("BMC address %q: port %q: want a number from 1 to 65535", addr, p)
+		}
+		host, port = h, n
+	} else if a, perr := netip.ParseAddr(strings.Trim(addr, "[]")); perr == nil && a.Is6() {
+		// A bare or bracketed IPv6 address without a port.
+		host = a.String()
+	} else if strings.Contains(addr, ":") {
+		return "", 0, fmt.Errorf("BMC address %q: want HOST or HOST:PORT (an IPv6 address with a port in brackets: [ADDR]:PORT)", addr)
+	}
+	if host == "" {
+		return "", 0, fmt.Errorf("BMC address %q: no host", addr)
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return "", 0, fmt.Errorf("BMC address %q: an IPv6 zone is not supported", addr)
+		}
+		return a.String(), port, nil
+	}
+	if !validHostname(host) {
+		return "", 0, fmt.Errorf("BMC address %q: host %q is neither an IP address nor a DNS name", addr, host)
+	}
+	return host, port, nil
+}
+
+// validHostname reports whether h is a DNS name: labels of letters, digits,
+// '-' and '_' (some sites use it), not starting or ending with '-', at most
+// 63 bytes each and 253 in all, and not all digits and dots (a mistyped IPv4
+// address such as 10.0.0.300 is not a name).
+func validHostname(h string) bool {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 || strings.Trim(h, "0123456789.") == "" {
+		return false
+	}
+	for _, l := range strings.Split(h, ".") {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }

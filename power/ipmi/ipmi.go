@@ -283,20 +283,18 @@ func (d *Driver) closeSession(b *bmc, wait bool) {
 }
 
 func splitAddr(addr string) (string, int, error) {
-	if addr == "" {
-		return "", 0, errors.New("no BMC address")
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		// host alone (IPv6 without brackets included)
-		return strings.Trim(addr, "[]"), DefaultPort, nil
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p <= 0 || p > 65535 {
-		return "", 0, fmt.Errorf("BMC address %q: bad port", addr)
-	}
-	return host, p, nil
+	return power.SplitHostPort(addr, DefaultPort)
 }
+
+// CheckAddress says whether addr is a BMC address the driver takes: HOST or
+// HOST:PORT (port 1-65535, 623 when none is given; an IPv6 address with a
+// port in brackets).
+func (d *Driver) CheckAddress(addr string) error {
+	_, _, err := splitAddr(addr)
+	return err
+}
+
+var _ power.AddressChecker = (*Driver)(nil)
 
 func (d *Driver) get(t power.Target) (*bmc, error) {
 	host, port, err := splitAddr(t.Address)

@@ -594,6 +594,10 @@ func TestSplitAddr(t *testing.T) {
 		{"fe80::1", "fe80::1", 623, false},
 		{"10.0.0.1:0", "", 0, true},
 		{"10.0.0.1:x", "", 0, true},
+		{"10.0.0.1:99999", "", 0, true},
+		{"10.0.0.300", "", 0, true},
+		{"https://10.0.0.1", "", 0, true},
+		{"10.0.0.1:623:1", "", 0, true},
 		{"", "", 0, true},
 	} {
 		host, port, err := splitAddr(tc.in)

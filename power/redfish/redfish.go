@@ -231,6 +231,9 @@ func parseAddress(addr string) (endpoint, error) {
 	if u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return endpoint{}, fmt.Errorf("BMC address %q: want https://HOST[:PORT][/redfish/v1/Systems/ID]", addr)
 	}
+	if _, _, err := power.SplitHostPort(u.Host, 443); err != nil {
+		return endpoint{}, fmt.Errorf("redfish %w", err)
+	}
 	ep := endpoint{base: &url.URL{Scheme: "https", Host: u.Host}}
 	if p := strings.TrimSuffix(u.Path, "/"); p != "" {
 		if !strings.HasPrefix(p, "/redfish/v1/Systems/") || strings.Count(p, "/") != 4 {

@@ -324,6 +324,10 @@ func TestParseAddress(t *testing.T) {
 		{in: "https://10.0.0.1/other", err: "may only name a system"},
 		{in: "https://10.0.0.1/redfish/v1/Systems/1/Bios", err: "may only name a system"},
 		{in: "", err: "no BMC address"},
+		{in: "10.0.0.1:99999", err: "want a number from 1 to 65535"},
+		{in: "https://10.0.0.1:0", err: "want a number from 1 to 65535"},
+		{in: "https://bmc_ex ample", err: "invalid character"},
+		{in: "https://10.0.0.300", err: "neither an IP address nor a DNS name"},
 	} {
 		ep, err := parseAddress(tc.in)
 		if tc.err != "" {
