@@ -27,6 +27,7 @@ import (
 	"rackd/internal/consolelog"
 	"rackd/internal/etcdmember"
 	"rackd/internal/seal"
+	"rackd/maasapi"
 	"rackd/netboot/arp"
 	"rackd/netboot/dhcp"
 	"rackd/netboot/dns"
@@ -108,6 +109,8 @@ type Agent struct {
 	api         http.Handler
 	ui          *webui.UI
 	routeAccess *routeAccess
+	// maas serves MAAS's API 2.0 under maasapi.Prefix.
+	maas *maasapi.Server
 	// consoles holds the BMCs' serial console sessions (one per BMC),
 	// shared by rackd console and the recorder, which keeps consoleLog
 	// while machines are in a phase (console.go, consolerec.go).
@@ -236,6 +239,12 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	a.routeAccess = newRouteAccess()
 	if err := a.newUI(); err != nil {
 		return nil, fmt.Errorf("web ui: %w", err)
+	}
+	a.maas, err = maasapi.New(a.store, maasOps{a}, maasapi.Options{Log: a.log.With("api", "maas"),
+		MaxBodyBytes: cfg.API.MaxBodyBytes, Version: Version,
+		Unavailable: func(err error) bool { return a.etcd != nil && etcdUnavailable(err) }})
+	if err != nil {
+		return nil, err
 	}
 	a.api = a.newHandler()
 	return a, nil

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"rackd/agent/api"
+	"rackd/maasapi"
 	"rackd/store"
 )
 
@@ -119,6 +120,9 @@ func (a *Agent) newHandler() http.Handler {
 	for _, rt := range routes() {
 		mux.Handle(rt.pattern, a.guard(rt))
 	}
+	// MAAS's API 2.0, for the tools written for MAAS: its own package,
+	// over the same operations.
+	mux.Handle(maasapi.Prefix, a.maas)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// An unknown API path gets a JSON 404 rather than a page.
 		if isAPIPath(r.URL.Path) || a.ui == nil {
@@ -543,14 +547,13 @@ func (a *Agent) machineAction(w http.ResponseWriter, r *http.Request, who store.
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "force_bmc_setup is only meaningful for commission")
 		return
 	}
-	m, err := a.store.Transition(r.Context(), who, store.TransitionRequest{
+	m, err := a.transitionMachine(r.Context(), who, store.TransitionRequest{
 		Machine: r.PathValue("id"), Action: action, Reason: req.Reason, Image: req.Image, Erase: req.Erase,
 		ForceBMCSetup: req.ForceBMCSetup})
 	if err != nil {
 		a.storeError(w, r, err)
 		return
 	}
-	a.transitioned(m, action, who)
 	v := a.machineViewFor(m, who)
 	v.Notice = manualNotice(m)
 	writeJSON(w, http.StatusOK, v)
@@ -589,26 +592,14 @@ func (a *Agent) allocate(w http.ResponseWriter, r *http.Request, who store.Actor
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "a token adopts one machine: give its name too")
 		return
 	}
-	res, err := a.store.Allocate(r.Context(), who, sreq)
+	res, err := a.allocateMachine(r.Context(), who, sreq)
 	if err != nil {
-		if c := store.CodeOf(err); c != "" {
-			a.metrics.allocations.WithLabelValues(string(c)).Inc()
-		}
 		a.storeError(w, r, err)
 		return
 	}
-	status, outcome := http.StatusOK, "unchanged"
-	switch {
-	case res.Created:
-		status, outcome = http.StatusCreated, "created"
-	case res.Adopted:
-		outcome = "adopted"
-	}
-	a.metrics.allocations.WithLabelValues(outcome).Inc()
-	if outcome != "unchanged" {
-		a.metrics.transitions.WithLabelValues(string(store.ActionAllocate)).Inc()
-		a.log.Info(map[string]string{"created": "machine allocated", "adopted": "allocation adopted"}[outcome], "machine", res.Machine.ID, "hostname", res.Machine.Hostname,
-			"owner", res.Machine.Owner, "agent_name", res.Machine.AgentName)
+	status := http.StatusOK
+	if res.Created {
+		status = http.StatusCreated
 	}
 	writeJSON(w, status, api.Allocation{Machine: a.machineView(res.Machine), Token: res.Token})
 }
@@ -622,12 +613,11 @@ func (a *Agent) release(w http.ResponseWriter, r *http.Request, who store.Actor)
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "image is only meaningful for deploy")
 		return
 	}
-	m, err := a.store.StartRelease(r.Context(), who, r.PathValue("id"), req.Reason, req.Erase)
+	m, err := a.releaseMachine(r.Context(), who, r.PathValue("id"), req.Reason, req.Erase)
 	if err != nil {
 		a.storeError(w, r, err)
 		return
 	}
-	a.transitioned(m, store.ActionRelease, who)
 	writeJSON(w, http.StatusOK, a.machineView(m))
 }
 

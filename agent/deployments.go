@@ -123,13 +123,12 @@ func (a *Agent) deploy(w http.ResponseWriter, r *http.Request, who store.Actor, 
 		writeError(w, status, code, err.Error())
 		return
 	}
-	m, err := a.store.Deploy(r.Context(), who, store.DeployRequest{Machine: r.PathValue("id"), Image: req.Image,
+	m, err := a.deployMachine(r.Context(), who, store.DeployRequest{Machine: r.PathValue("id"), Image: req.Image,
 		Reason: req.Reason, UserData: ud, SSHKeys: req.SSHKeys})
 	if err != nil {
 		a.storeError(w, r, err)
 		return
 	}
-	a.transitioned(m, store.ActionDeploy, who)
 	v := a.machineViewFor(m, who)
 	if d := v.Deployment; d != nil {
 		a.log.Info("deployment started", "machine", m.ID, "hostname", m.Hostname, "instance_id", d.InstanceID,

@@ -94,22 +94,11 @@ func (a *Agent) requestPower(w http.ResponseWriter, r *http.Request, who store.A
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("unknown power action %q: want on, off, cycle or query", req.Action))
 		return
 	}
-	m, err := a.store.Machine(r.PathValue("id"))
+	pr, err := a.requestMachinePower(r.Context(), who, r.PathValue("id"), action, req.Reason)
 	if err != nil {
 		a.storeError(w, r, err)
 		return
 	}
-	if m.Power.Driver != "" && a.powerDrivers[m.Power.Driver] == nil {
-		writeError(w, http.StatusBadRequest, api.CodeBadRequest,
-			fmt.Sprintf("machine %s has power driver %q, which this rackd does not have", m.Hostname, m.Power.Driver))
-		return
-	}
-	pr, err := a.store.RequestPower(r.Context(), who, m.ID, action, req.Reason)
-	if err != nil {
-		a.storeError(w, r, err)
-		return
-	}
-	a.log.Info("power request", "request", pr.ID, "machine", m.ID, "hostname", m.Hostname, "action", action, "by", who.Name)
 	writeJSON(w, http.StatusAccepted, powerRequestView(pr))
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/internal/atomicfile"
+	"rackd/maasapi"
 	"rackd/store"
 )
 
@@ -23,6 +24,9 @@ const (
 func tokenView(tk store.Token, secret string, who store.Actor, now time.Time) api.Token {
 	v := api.Token{ID: tk.ID, User: tk.User, Name: tk.Name, Token: secret, Created: tk.Created,
 		Expired: tk.Expired(now), Current: tk.ID == who.Token && who.Token != ""}
+	if secret != "" {
+		v.MAASKey = maasapi.Key(tk.User, tk.ID, secret)
+	}
 	if !tk.Expires.IsZero() {
 		v.Expires = &tk.Expires
 	}

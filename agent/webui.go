@@ -76,7 +76,7 @@ func (a *Agent) allowed(who store.Actor, method, path string) bool {
 // isAPIPath is a path of the API, the metadata, the boot files, /healthz or
 // /metrics: an unknown one is a JSON 404, never a page.
 func isAPIPath(p string) bool {
-	for _, prefix := range []string{"/api/", "/metadata/", "/boot/"} {
+	for _, prefix := range []string{"/api/", "/metadata/", "/boot/", "/MAAS/api/"} {
 		if strings.HasPrefix(p, prefix) || p == strings.TrimSuffix(prefix, "/") {
 			return true
 		}

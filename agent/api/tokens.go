@@ -22,10 +22,13 @@ type CreateToken struct {
 // Token is an API token as the API shows it. Token (the secret) is only set
 // in the answer that created it.
 type Token struct {
-	ID       string     `json:"id"`
-	User     string     `json:"user"`
-	Name     string     `json:"name"`
-	Token    string     `json:"token,omitempty"`
+	ID    string `json:"id"`
+	User  string `json:"user"`
+	Name  string `json:"name"`
+	Token string `json:"token,omitempty"`
+	// MAASKey is the token as a MAAS API key (consumer:token:secret, for
+	// MAAS's API under /MAAS/api/2.0/), set with Token only.
+	MAASKey  string     `json:"maas_api_key,omitempty"`
 	Created  time.Time  `json:"created"`
 	Expires  *time.Time `json:"expires,omitempty"`
 	Expired  bool       `json:"expired"`

@@ -24,17 +24,21 @@ func tokensGroup() *group {
 func tokensCreateVerb() *verb {
 	return &verb{
 		name:     "create",
-		synopsis: "--name NAME [--expires D] [--user U]",
+		synopsis: "--name NAME [--expires D] [--user U] [--maas]",
 		summary:  "make an API token and print it",
 		help: `The token is printed once and stored hashed: it cannot be shown again.
 --expires is a lifetime (30d, 12h, 90m, 1d12h) or a time (2027-01-31,
 2027-01-31T12:00:00Z); without it the token does not expire. An admin may
-make a token for another user with --user.`,
+make a token for another user with --user. --maas prints it as a MAAS API
+key (user:token-id:secret) for the tools written for MAAS (Juju, Terraform,
+Ansible), which rackd serves at /MAAS/api/2.0/; revoking the token ends the
+key too.`,
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			var req api.CreateToken
 			fs.StringVar(&req.Name, "name", "", "the token's `NAME` (required), unique among the user's tokens")
 			fs.StringVar(&req.Expires, "expires", "", "when it stops working: a lifetime `D` (30d, 12h) or a time")
 			fs.StringVar(&req.User, "user", "", "whose token (admin); default: yours")
+			maas := fs.Bool("maas", false, "print it as a MAAS API key")
 			return func(e *env, _ []string) error {
 				if req.Name == "" {
 					return usagef("--name is required")
@@ -58,6 +62,11 @@ make a token for another user with --user.`,
 				expiry := "it does not expire"
 				if tk.Expires != nil {
 					expiry = "it expires " + when(*tk.Expires)
+				}
+				if *maas {
+					fmt.Fprintf(e.stdout, "Created token %s (%s) for %s; %s.\n\nMAAS API key: %s\n", cell(tk.ID), cell(tk.Name), cell(tk.User), expiry, tk.MAASKey)
+					fmt.Fprintf(e.stdout, "This key is shown once and cannot be retrieved later: store it now (MAAS's API is at http://<rack>:5240/MAAS).\nrackd tokens revoke %s ends it.\n", cell(tk.ID))
+					return nil
 				}
 				fmt.Fprintf(e.stdout, "Created token %s (%s) for %s; %s.\n\nToken: %s\n", cell(tk.ID), cell(tk.Name), cell(tk.User), expiry, tk.Token)
 				fmt.Fprintf(e.stdout, "This token is shown once and cannot be retrieved later: store it now (as RACKD_TOKEN).\nrackd tokens revoke %s ends it.\n", cell(tk.ID))
