@@ -14,8 +14,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,8 +64,8 @@ func chromiumPath(t *testing.T) string {
 
 // newChrome starts one headless chromium for a test, with the flags it
 // needs on a machine without a network beyond loopback and a new, empty
-// profile.
-func newChrome(t *testing.T) context.Context {
+// profile; extra adds flags of a test's own.
+func newChrome(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := chromiumPath(t)
 	opts := []chromedp.ExecAllocatorOption{
@@ -82,6 +84,7 @@ func newChrome(t *testing.T) context.Context {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 800),
 	}
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
@@ -738,5 +741,88 @@ func TestBrowser(t *testing.T) {
 		short.do(t, "back at the login", chromedp.WaitVisible(chromedp.ID("token")))
 		only(t, short, "401")
 		short.clean(t, "expired session")
+	})
+}
+
+// TestBrowserLoginStaysOnSite: a post-login destination that a browser reads
+// as another site's URL leaves the browser on rackd, however it is asked
+// for. "/\t/evil.example/x" is the case: the URL parser removes the tab
+// before it parses, and "//evil.example/x" is another host. evil.example is
+// a loopback server of the test (chromium's host resolver maps the name to
+// it), which counts the pages asked of it: the browser must ask for none.
+func TestBrowserLoginStaysOnSite(t *testing.T) {
+	var hits atomic.Int32
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/favicon.ico" { // the browser asks for it on its own
+			hits.Add(1)
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, `<!doctype html><title>evil</title><body data-evil="1"><p>another site</p></body>`)
+	}))
+	defer evil.Close()
+	chrome := newChrome(t, chromedp.Flag("host-resolver-rules", "MAP evil.example "+evil.Listener.Addr().String()))
+	rg := start(t)
+	const next = "/\t/evil.example/x"
+
+	// landed waits until the browser shows a page of rackd's (logged in)
+	// or the other site's, and says where it is.
+	landed := func(t *testing.T, tb *tab, what string) string {
+		t.Helper()
+		tb.do(t, what, chromedp.WaitVisible(chromedp.CSS(`body[data-csrf] form.logout, body[data-evil]`)))
+		return value(t, tb, "location", chromedp.Location())
+	}
+	onSite := func(t *testing.T, loc, wantPath string) {
+		t.Helper()
+		if n := hits.Load(); n != 0 || !strings.HasPrefix(loc, rg.url+"/") {
+			t.Fatalf("the browser left rackd (%s): it is at %s, and evil.example got %d requests", rg.url, loc, n)
+		}
+		if got := strings.TrimPrefix(loc, rg.url); got != wantPath {
+			t.Errorf("the browser is at %s, want %s", got, wantPath)
+		}
+	}
+
+	t.Run("the check can see the other site", func(t *testing.T) {
+		tb := rg.tab(t, chrome)
+		tb.do(t, "open evil.example", chromedp.Navigate("http://evil.example/x"))
+		if loc := landed(t, tb, "the other site"); loc != "http://evil.example/x" || hits.Load() != 1 {
+			t.Fatalf("the mapped name is not the test's server: at %s, %d requests", loc, hits.Load())
+		}
+		hits.Store(0)
+	})
+	t.Run("a next on this site is followed", func(t *testing.T) {
+		tb := rg.tab(t, chrome)
+		tb.open(t, "/login?next="+url.QueryEscape("/machines?state=READY"))
+		tb.do(t, "log in", chromedp.WaitVisible(chromedp.ID("token")), chromedp.SendKeys(chromedp.ID("token"), rg.admin),
+			chromedp.Click(chromedp.CSS(`form.login button[type="submit"]`)))
+		onSite(t, landed(t, tb, "after the login"), "/machines?state=READY")
+	})
+	t.Run("logged in, /login's next", func(t *testing.T) {
+		// A page navigation (no form: the CSP's form-action does not
+		// apply), straight to the redirect.
+		tb := rg.tab(t, chrome)
+		tb.login(t, rg.admin)
+		tb.do(t, "open /login with the next", chromedp.Navigate(rg.url+"/login?next="+url.QueryEscape(next)))
+		onSite(t, landed(t, tb, "after /login"), "/")
+	})
+	// The login form's answer is held by safeNext; the CSP's form-action
+	// 'self' also keeps chromium from following a form's redirect to
+	// another site. The login must work and land on this site.
+	t.Run("the login form's next field", func(t *testing.T) {
+		tb := rg.tab(t, chrome)
+		tb.open(t, "/login")
+		// As a forged form would send it, whatever the page put there.
+		eval[bool](t, tb, `(function(){document.querySelector('input[name="next"]').value=`+jsString(next)+`;return true})()`)
+		tb.do(t, "log in", chromedp.WaitVisible(chromedp.ID("token")), chromedp.SendKeys(chromedp.ID("token"), rg.admin),
+			chromedp.Click(chromedp.CSS(`form.login button[type="submit"]`)))
+		onSite(t, landed(t, tb, "after the login"), "/")
+		tb.clean(t, "the login")
+	})
+	t.Run("the login page's next", func(t *testing.T) {
+		tb := rg.tab(t, chrome)
+		tb.open(t, "/login?next="+url.QueryEscape(next))
+		tb.do(t, "log in", chromedp.WaitVisible(chromedp.ID("token")), chromedp.SendKeys(chromedp.ID("token"), rg.admin),
+			chromedp.Click(chromedp.CSS(`form.login button[type="submit"]`)))
+		onSite(t, landed(t, tb, "after the login"), "/")
+		tb.clean(t, "the login")
 	})
 }

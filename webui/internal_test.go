@@ -25,8 +25,25 @@ func TestSafeNext(t *testing.T) {
 		"//evil.example/":          "/",
 		"https://evil.example/":    "/",
 		"/\\evil.example":          "/",
-		"/machines\r\nSet-Cookie:": "/",
+		"/machines\r\nSet-Cookie:": "/machinesSet-Cookie:", // no header split: the CR LF go
 		"machines":                 "/",
+		// A browser removes tabs and newlines anywhere and strips C0
+		// controls and spaces at both ends before it parses.
+		"/\t/evil.example/x":   "/",
+		"/\n/evil.example/x":   "/",
+		"/\r\n/evil.example":   "/",
+		"\t//evil.example":     "/",
+		" //evil.example":      "/",
+		"\x00//evil.example":   "/",
+		"/\t\\evil.example":    "/",
+		"/a/../\\evil.example": "/",
+		"http:/\\evil.example": "/",
+		"/\x01/evil.example":   "/",
+		"/machines\x7f":        "/",
+		// ... and what it then follows is a path here: kept, normalised.
+		" /machines\t":      "/machines",
+		"/mach\tines?q=a b": "/machines?q=a b",
+		"/%09/evil.example": "/%09/evil.example",
 	}
 	for in, want := range tests {
 		if got := safeNext(in); got != want {
@@ -133,21 +150,135 @@ func TestMachineQueryURL(t *testing.T) {
 	}
 }
 
-// A post-login destination stays on this site whatever is asked.
+// A post-login destination stays on this site whatever is asked. The
+// oracle is the browser: the Location that http.Redirect sends for
+// safeNext's answer is resolved as the WHATWG URL parser resolves it
+// against the login page (browserOrigin, written apart from safeNext), and
+// must keep the page's origin.
 func FuzzSafeNext(f *testing.F) {
-	for _, s := range []string{"", "/", "/machines?x=1", "//evil", "https://evil", "/\\evil", "/a\r\nb", "javascript:alert(1)"} {
+	for _, s := range []string{"", "/", "/machines?x=1", "//evil", "https://evil", "/\\evil", "/a\r\nb", "javascript:alert(1)",
+		"/\t/evil.example/x", "\x00 //evil", "/a/../\\evil", "http:/\\evil", "/%09/evil", "/\x1f/evil", "/x#/../..//evil", "HTTP://evil"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		got := safeNext(s)
-		if !strings.HasPrefix(got, "/") || strings.HasPrefix(got, "//") || strings.ContainsAny(got, "\\\r\n") {
-			t.Fatalf("safeNext(%q) = %q", s, got)
+		if !strings.HasPrefix(got, "/") {
+			t.Fatalf("safeNext(%q) = %q: not a path", s, got)
 		}
-		u, err := url.Parse(got)
-		if err == nil && (u.Host != "" || u.Scheme != "") {
-			t.Fatalf("safeNext(%q) = %q leaves the site", s, got)
+		if o := browserOrigin(got); o != "http://rack.example" {
+			t.Fatalf("safeNext(%q) = %q, which a browser resolves to %s", s, got, o)
+		}
+		req := httptest.NewRequest(http.MethodPost, "http://rack.example/login", nil)
+		rec := httptest.NewRecorder()
+		http.Redirect(rec, req, got, http.StatusSeeOther)
+		loc := rec.Header().Get("Location")
+		if o := browserOrigin(loc); o != "http://rack.example" {
+			t.Fatalf("safeNext(%q) = %q, sent as Location %q, which a browser follows to %s", s, got, loc, o)
+		}
+		// What is plainly a path of this site is kept as it is.
+		if regexp.MustCompile(`^/[A-Za-z0-9_-][A-Za-z0-9/?=&_.-]*$`).MatchString(s) && got != s {
+			t.Fatalf("safeNext(%q) = %q, want it kept", s, got)
 		}
 	})
+}
+
+// browserOrigin is the origin (scheme://host) of ref resolved against
+// http://rack.example/login the way the WHATWG URL standard's basic URL
+// parser does it, as far as the origin goes: the input is stripped of
+// leading and trailing C0 controls and spaces and of every tab and
+// newline; a scheme other than the base's is another origin; for the
+// base's (special) scheme, "\\" counts as "/", and two slashes after the
+// scheme or at the start of a relative reference begin an authority, whose
+// host (after any userinfo, before any port) is the origin's.
+func browserOrigin(ref string) string {
+	const base = "http://rack.example"
+	start, end := 0, len(ref)
+	for start < end && ref[start] <= 0x20 {
+		start++
+	}
+	for end > start && ref[end-1] <= 0x20 {
+		end--
+	}
+	var in []byte
+	for i := start; i < end; i++ {
+		if c := ref[i]; c != '\t' && c != '\n' && c != '\r' {
+			in = append(in, c)
+		}
+	}
+	isAlpha := func(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
+	slash := func(i int) bool { return i < len(in) && (in[i] == '/' || in[i] == '\\') }
+	// Scheme state: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ) ":".
+	rest := 0
+	if len(in) > 0 && isAlpha(in[0]) {
+		i := 1
+		for i < len(in) && (isAlpha(in[i]) || in[i] >= '0' && in[i] <= '9' || in[i] == '+' || in[i] == '-' || in[i] == '.') {
+			i++
+		}
+		if i < len(in) && in[i] == ':' {
+			scheme := strings.ToLower(string(in[:i]))
+			if scheme != "http" {
+				return scheme + "://(another origin)"
+			}
+			// Special relative or authority state: "//" is an
+			// authority; anything else is relative to the base.
+			rest = i + 1
+			if rest+1 < len(in) && in[rest] == '/' && in[rest+1] == '/' {
+				return "http://" + authorityHost(in[rest:])
+			}
+		}
+	}
+	// Relative state: "/" or "\\" then another is an authority (special
+	// authority ignore slashes state); anything else keeps the base's.
+	if slash(rest) && slash(rest+1) {
+		return "http://" + authorityHost(in[rest:])
+	}
+	return base
+}
+
+// authorityHost is the host of an authority that follows any number of
+// slashes and backslashes: up to "/", "\\", "?" or "#", after the last
+// "@", before a port, lower-cased.
+func authorityHost(in []byte) string {
+	i := 0
+	for i < len(in) && (in[i] == '/' || in[i] == '\\') {
+		i++
+	}
+	j := i
+	for j < len(in) && in[j] != '/' && in[j] != '\\' && in[j] != '?' && in[j] != '#' {
+		j++
+	}
+	auth := string(in[i:j])
+	if k := strings.LastIndexByte(auth, '@'); k >= 0 {
+		auth = auth[k+1:]
+	}
+	if k := strings.LastIndexByte(auth, ':'); k >= 0 && !strings.Contains(auth[k:], "]") {
+		auth = auth[:k]
+	}
+	return strings.ToLower(auth)
+}
+
+// The oracle itself tells this site from another.
+func TestBrowserOrigin(t *testing.T) {
+	for ref, want := range map[string]string{
+		"/machines":                "http://rack.example",
+		"machines":                 "http://rack.example",
+		"?next=1":                  "http://rack.example",
+		"":                         "http://rack.example",
+		"/%09/evil.example":        "http://rack.example",
+		"http:machines":            "http://rack.example",
+		"/\t/evil.example/x":       "http://evil.example",
+		"\x00 //Evil.Example:81/x": "http://evil.example",
+		"/\\evil.example":          "http://evil.example",
+		"\\/evil.example":          "http://evil.example",
+		"http:\\\\evil.example":    "http://evil.example",
+		"http://u:p@evil.example/": "http://evil.example",
+		"https://rack.example/":    "https://(another origin)",
+		"javascript:alert(1)":      "javascript://(another origin)",
+	} {
+		if got := browserOrigin(ref); got != want {
+			t.Errorf("browserOrigin(%q) = %q, want %q", ref, got, want)
+		}
+	}
 }
 
 // Any query reads as a valid machine query, and the URL it builds reads

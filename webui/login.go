@@ -3,6 +3,7 @@ package webui
 import (
 	"crypto/subtle"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -15,14 +16,41 @@ type loginData struct {
 	Error string
 }
 
-// safeNext keeps a post-login destination on this site: a path, never
-// "//host" or a URL.
+// safeNext keeps a post-login destination on this site. It reads next as
+// a browser reads a Location (the URL parser first strips leading and
+// trailing C0 controls and spaces and removes every tab, CR and LF: "/\t/x"
+// is "//x", another host) and accepts only what is then a path of this
+// server: no scheme, no host, one leading "/" not followed by another "/",
+// no "\" anywhere (a browser reads it as "/" in an http URL, and the path
+// cleaning of http.Redirect may bring one to the front), no other control
+// character. It answers the normalised path, which is what a browser would
+// follow; anything else is "/".
 func safeNext(next string) string {
-	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	n := browserNormal(next)
+	if !strings.HasPrefix(n, "/") || strings.HasPrefix(n, "//") || strings.ContainsRune(n, '\\') {
 		return "/"
 	}
-	return next
+	u, err := url.Parse(n) // refuses any control character left
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" || !strings.HasPrefix(u.Path, "/") {
+		return "/"
+	}
+	return n
 }
+
+// browserNormal is what the WHATWG URL parser does to its input before it
+// parses it: leading and trailing C0 controls and spaces stripped, every
+// ASCII tab and newline removed.
+func browserNormal(s string) string {
+	for s != "" && s[0] <= ' ' {
+		s = s[1:]
+	}
+	for s != "" && s[len(s)-1] <= ' ' {
+		s = s[:len(s)-1]
+	}
+	return tabNewline.Replace(s)
+}
+
+var tabNewline = strings.NewReplacer("\t", "", "\n", "", "\r", "")
 
 func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
 	if s := u.currentSession(r); s != nil {
