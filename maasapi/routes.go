@@ -65,12 +65,12 @@ func (rt *Route) check() error {
 // (server.go puts it into MAAS's words) or errorf(status, ...) for its own.
 // Then list the entries in docs/MAAS-API.md's table of served operations.
 func routes() []Route {
-	return []Route{
+	return append([]Route{
 		{Method: "GET", Path: "version/", Handler: "VersionHandler", Handle: version, Anonymous: true,
 			Doc: "The API's version, subversion and capabilities."},
 		{Method: "GET", Path: "describe/", Handler: "DescribeHandler", Handle: describe, Anonymous: true,
 			Doc: "Every resource served, with its operations (python-libmaas builds its client from it)."},
 		{Method: "GET", Path: "users/", Op: "whoami", Handler: "UsersHandler", Handle: whoami,
 			Doc: "The user the API key belongs to."},
-	}
+	}, resourceRoutes()...) // resources.go: zones, pools, tags, networks, addresses, DNS, images, files
 }
