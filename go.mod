@@ -5,9 +5,11 @@ go 1.26.0
 require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/bougou/go-ipmi v0.9.1
+	github.com/canonical/gomaasclient v0.20.0
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/insomniacslk/dhcp v0.0.0-20260901064844-234b97448fae
+	github.com/juju/gomaasapi/v2 v2.4.0
 	github.com/klauspost/compress v1.20.1
 	github.com/mdlayher/packet v1.2.0
 	github.com/miekg/dns v1.1.73
@@ -28,6 +30,17 @@ require (
 	golang.org/x/term v0.47.0
 	golang.org/x/time v0.16.0
 	gopkg.in/yaml.v3 v3.0.1
+)
+
+require (
+	github.com/google/go-querystring v1.2.0 // indirect
+	github.com/juju/collections v1.0.4 // indirect
+	github.com/juju/errors v1.0.0 // indirect
+	github.com/juju/loggo v1.0.0 // indirect
+	github.com/juju/mgo/v2 v2.0.3 // indirect
+	github.com/juju/schema v1.2.0 // indirect
+	github.com/juju/version v0.0.0-20210303051006-2015802527a8 // indirect
+	gopkg.in/mgo.v2 v2.0.0-20190816093944-a6b53ec6cb22 // indirect
 )
 
 require (

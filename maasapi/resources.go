@@ -52,6 +52,8 @@ func resourceRoutes() []Route {
 			Doc: "The one pool, \"default\" (id 0)."},
 		{Method: "POST", Path: "resourcepools/", Handler: "ResourcePoolsHandler", Handle: notServed(whyPools),
 			Doc: "501: " + whyPools + "."},
+		{Method: "GET", Path: "pools/", Handler: "PoolsHandler", Handle: poolsRead,
+			Doc: "resourcepools/ again, where gomaasapi's Pools() asks (MAAS itself answers 404 there)."},
 		{Method: "GET", Path: "resourcepools/{id}/", Handler: "ResourcePoolHandler", Handle: poolRead,
 			Doc: "The pool \"default\", by id (0) or name."},
 		{Method: "PUT", Path: "resourcepools/{id}/", Handler: "ResourcePoolHandler", Handle: notServed(whyPools),
