@@ -12,6 +12,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/store"
+	"rackd/store/storetest"
 )
 
 func readyMachine(i int) api.CreateMachine {
@@ -355,7 +356,25 @@ func TestMachineLifecycleAPI(t *testing.T) {
 	if status, raw := ta.call(t, bob, "POST", "/api/v1/allocations", api.AllocateRequest{Name: "web1", AgentName: "j"}, &alloc); status != 201 {
 		t.Fatalf("allocate: %d %s", status, raw)
 	}
-	step(bob, "POST", "/api/v1/machines/web1/deploy", "DEPLOYING")
+	// A deploy of an image that is not imported for the machine's arch is
+	// refused, naming the ones that are, and the machine stays ALLOCATED
+	// (it used to wait in DEPLOYING for the watchdog).
+	storetest.DeployImages(t, ta.Store(), "amd64", "noble", "jammy")
+	storetest.DeployImages(t, ta.Store(), "arm64", "bookworm")
+	for _, body := range []string{`{"image":"nosuch"}`, `{"image":"bookworm"}`, `{}`} {
+		status, raw := ta.call(t, bob, "POST", "/api/v1/machines/web1/deploy", body, nil)
+		if e := wantError(t, status, raw, http.StatusBadRequest, api.CodeBadRequest); !strings.Contains(e.Error, "deploy images imported for amd64: jammy, noble") {
+			t.Errorf("deploy %s refused with %q, want it to name jammy and noble", body, e.Error)
+		}
+		var m api.Machine
+		if ta.call(t, bob, "GET", "/api/v1/machines/web1", nil, &m); m.State != "ALLOCATED" {
+			t.Fatalf("after the refused deploy %s the machine is %s", body, m.State)
+		}
+	}
+	var out api.Machine
+	if status, raw := ta.call(t, bob, "POST", "/api/v1/machines/web1/deploy", `{"image":"noble"}`, &out); status != http.StatusOK || out.State != "DEPLOYING" {
+		t.Fatalf("deploy noble: %d %s", status, raw)
+	}
 	if _, err := ta.Store().Transition(t.Context(), store.System, store.TransitionRequest{Machine: "web1", Action: store.ActionDeploymentDone}); err != nil {
 		t.Fatal(err)
 	}

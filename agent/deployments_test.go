@@ -85,6 +85,7 @@ func newDeployFixture(t *testing.T) *deployFixture {
 	log := &lockedBuffer{}
 	ta := startAgentLog(t, log, noLimit)
 	f := &deployFixture{testAgent: ta, log: log, alice: ta.addUser(t, "alice", false), bob: ta.addUser(t, "bob", false)}
+	storetest.DeployImages(t, ta.Store(), "amd64", "debian")
 	f.aliceKey = storetest.SSHKey(t, "ed25519", 0, "alice@laptop")
 	if status, raw := ta.call(t, f.alice, "POST", "/api/v1/users/alice/ssh-keys", api.AddSSHKey{Key: f.aliceKey}, nil); status != 201 {
 		t.Fatalf("add key: %d %s", status, raw)
@@ -494,6 +495,7 @@ func FuzzOSEndpoints(f *testing.F) {
 	if _, err := a.store.Allocate(ctx, store.System, store.AllocateRequest{Name: "web1", AgentName: "a"}); err != nil {
 		f.Fatal(err)
 	}
+	storetest.DeployImages(f, a.store, "amd64", "debian")
 	if m, err = a.store.Deploy(ctx, store.System, store.DeployRequest{Machine: m.ID, Image: "debian"}); err != nil {
 		f.Fatal(err)
 	}

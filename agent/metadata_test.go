@@ -19,6 +19,7 @@ import (
 	"rackd/agent/api"
 	"rackd/enlist"
 	"rackd/store"
+	"rackd/store/storetest"
 )
 
 func whoamiPath(macs ...string) string {
@@ -46,6 +47,7 @@ func (ta *testAgent) machineIn(t *testing.T, hostname, mac, state string) api.Ma
 	case "ALLOCATED", "DEPLOYING":
 		step("/api/v1/allocations", api.AllocateRequest{Name: hostname, AgentName: "t"})
 		if state == "DEPLOYING" {
+			storetest.DeployImages(t, ta.Store(), "amd64", "noble")
 			step("/api/v1/machines/"+m.ID+"/deploy", api.ActionRequest{Image: "noble"})
 		}
 	case "BROKEN":

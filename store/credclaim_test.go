@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"rackd/store"
+	"rackd/store/storetest"
 )
 
 func claim(s *store.Store, machine, mac, src string) (store.ClaimedCredential, error) {
@@ -150,6 +151,7 @@ func TestClaimCredentialOnce(t *testing.T) {
 	wantCode(t, err, store.CodeForbidden)
 	// A new phase: a new credential, not claimed yet.
 	allocate(t, s, admin, "web1", "t")
+	storetest.DeployImages(t, s, "amd64", "raw")
 	if _, err := s.Transition(bg, admin, store.TransitionRequest{Machine: "web1", Action: store.ActionDeploy, Image: "raw"}); err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,7 @@ func deploy(t testing.TB, s *store.Store, owner store.Actor, host string, req st
 	if req.Image == "" {
 		req.Image = "debian"
 	}
+	storetest.DeployImages(t, s, "amd64", req.Image)
 	m, err := s.Deploy(context.Background(), owner, req)
 	if err != nil {
 		t.Fatalf("deploy %s: %v", host, err)

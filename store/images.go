@@ -1,10 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -223,18 +225,45 @@ func (s *Store) ImageBlobInUse(sha string) bool {
 }
 
 // checkDeployImage is the rule for what a deploy may install: an image of
-// that name imported for the machine's arch must have purpose deploy. An
-// image not imported yet is not refused: the machine waits in DEPLOYING,
-// its boot config saying what is missing, until the image arrives or the
-// watchdog gives up.
+// that name imported for the machine's arch, of purpose deploy. Anything
+// else is refused (CodeInvalid) naming the deploy images that are imported
+// for that arch: a machine sent to DEPLOYING with an image it cannot boot
+// would wait there, its boot config saying what is missing, until the
+// watchdog gave up.
 func (t *Tx) checkDeployImage(m Machine, name string) error {
+	if name == "" {
+		return errorf(CodeInvalid, "machine %s: a deploy needs an image (%s)", m.Hostname, t.deployImagesOf(m.Arch))
+	}
 	var im Image
 	found, err := t.get(bucketImages, imageKey(name, m.Arch), &im)
-	if err != nil || !found {
+	switch {
+	case err != nil:
 		return err
-	}
-	if im.Purpose != PurposeDeploy {
+	case !found:
+		return errorf(CodeInvalid, "machine %s: image %s is not imported for %s (%s)", m.Hostname, name, m.Arch, t.deployImagesOf(m.Arch))
+	case im.Purpose != PurposeDeploy:
 		return errorf(CodeInvalid, "image %s/%s has purpose %s, not deploy", im.Name, im.Arch, im.Purpose)
 	}
 	return nil
+}
+
+// deployImagesOf says which deploy images are imported for arch, for the
+// refusals of checkDeployImage.
+func (t *Tx) deployImagesOf(arch string) string {
+	var names []string
+	suffix := []byte("/" + arch)
+	t.tx.Bucket(bucketImages).ForEach(func(k, _ []byte) error {
+		if !bytes.HasSuffix(k, suffix) {
+			return nil
+		}
+		var im Image
+		if found, err := t.get(bucketImages, k, &im); err == nil && found && im.Arch == arch && im.Purpose == PurposeDeploy {
+			names = append(names, im.Name)
+		}
+		return nil
+	})
+	if len(names) == 0 {
+		return "no deploy image is imported for " + arch + ": import one with rackd images import"
+	}
+	return "deploy images imported for " + arch + ": " + strings.Join(names, ", ")
 }

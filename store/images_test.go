@@ -166,9 +166,11 @@ func TestImagesRegistry(t *testing.T) {
 	}
 }
 
-// A deploy names what it installs: an imported image of that name for the
-// machine's arch must be a deploy image, checked in the deploy's
-// transaction; one not imported yet is not refused.
+// A deploy names what it installs: an image of that name imported for the
+// machine's arch, of purpose deploy, checked in the deploy's transaction.
+// Anything else is refused naming the deploy images that are imported for
+// the arch (an image not imported used to send the machine to DEPLOYING,
+// where it waited for the watchdog).
 func TestDeployImagePurpose(t *testing.T) {
 	tests := map[string]struct {
 		images []store.Image
@@ -182,10 +184,19 @@ func TestDeployImagePurpose(t *testing.T) {
 			code: store.CodeInvalid, msg: "image jammy/amd64 has purpose commission, not deploy"},
 		"bootloader image": {images: []store.Image{testImage("loaders", "amd64", store.PurposeBootloader, sha('a'))}, image: "loaders",
 			code: store.CodeInvalid, msg: "image loaders/amd64 has purpose bootloader, not deploy"},
-		"another arch's image of that name": {images: []store.Image{testImage("jammy", "arm64", store.PurposeCommission, sha('a'))}, image: "jammy"},
+		"another arch's image of that name": {images: []store.Image{testImage("jammy", "arm64", store.PurposeDeploy, sha('a')),
+			testImage("noble", "amd64", store.PurposeDeploy, sha('b'))}, image: "jammy",
+			code: store.CodeInvalid, msg: "machine web1: image jammy is not imported for amd64 (deploy images imported for amd64: noble)"},
 		"deploy image beside a commission image of another arch": {images: []store.Image{
 			testImage("jammy", "amd64", store.PurposeDeploy, sha('a')), testImage("jammy", "arm64", store.PurposeEnlist, sha('b'))}, image: "jammy"},
-		"not imported yet": {image: "noble"},
+		"not imported": {images: []store.Image{testImage("jammy", "amd64", store.PurposeDeploy, sha('a')),
+			testImage("bookworm", "amd64", store.PurposeDeploy, sha('b')), testImage("enlist", "amd64", store.PurposeEnlist, sha('c'))},
+			image: "nosuch", code: store.CodeInvalid,
+			msg: "machine web1: image nosuch is not imported for amd64 (deploy images imported for amd64: bookworm, jammy)"},
+		"nothing imported": {image: "noble", code: store.CodeInvalid,
+			msg: "machine web1: image noble is not imported for amd64 (no deploy image is imported for amd64: import one with rackd images import)"},
+		"no image named": {images: []store.Image{testImage("jammy", "amd64", store.PurposeDeploy, sha('a'))}, code: store.CodeInvalid,
+			msg: "machine web1: a deploy needs an image (deploy images imported for amd64: jammy)"},
 		// Who may deploy is decided before what.
 		"a stranger with a commission image": {images: []store.Image{testImage("jammy", "amd64", store.PurposeCommission, sha('a'))},
 			actor: bob, image: "jammy", code: store.CodeForbidden},

@@ -487,8 +487,14 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 	if req.ForceBMCSetup && req.Action != ActionCommission {
 		return Machine{}, errorf(CodeInvalid, "force_bmc_setup is only meaningful for a commission")
 	}
-	if req.Action == ActionDeploy && req.Image != "" {
-		if err := t.checkDeployImage(m, req.Image); err != nil {
+	if req.Action == ActionDeploy {
+		// A retry from FAILED_DEPLOYMENT without an image deploys the
+		// last one again: it must still be there.
+		image := req.Image
+		if image == "" {
+			image = m.DeployImage
+		}
+		if err := t.checkDeployImage(m, image); err != nil {
 			return Machine{}, err
 		}
 	}

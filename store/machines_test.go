@@ -73,10 +73,16 @@ func allocate(t testing.TB, s *store.Store, actor store.Actor, name, agent strin
 	return res
 }
 
-// transition applies an action and fails the test on refusal.
+// transition applies an action and fails the test on refusal. A deploy
+// installs the image "debian", imported for the occasion.
 func transition(t testing.TB, s *store.Store, actor store.Actor, machine string, action store.Action) store.Machine {
 	t.Helper()
-	m, err := s.Transition(context.Background(), actor, store.TransitionRequest{Machine: machine, Action: action})
+	req := store.TransitionRequest{Machine: machine, Action: action}
+	if action == store.ActionDeploy {
+		req.Image = "debian"
+		storetest.DeployImages(t, s, "amd64", req.Image)
+	}
+	m, err := s.Transition(context.Background(), actor, req)
 	if err != nil {
 		t.Fatalf("%s: %s %s: %v", actor.Name, action, machine, err)
 	}
@@ -339,7 +345,7 @@ func TestTransitionPaths(t *testing.T) {
 		}, "alice"},
 		"owner releases a failed deployment": {store.StateReady, []step{
 			{alice, store.ActionAllocate, "", "", store.StateAllocated},
-			{alice, store.ActionDeploy, "", "", store.StateDeploying},
+			{alice, store.ActionDeploy, "", "debian", store.StateDeploying},
 			{sys, store.ActionDeploymentFailed, "", "", store.StateFailedDeployment},
 			{alice, store.ActionRelease, "", "", store.StateReleasing},
 		}, ""},
@@ -357,7 +363,7 @@ func TestTransitionPaths(t *testing.T) {
 		}, ""},
 		"broken while deployed keeps its owner": {store.StateReady, []step{
 			{alice, store.ActionAllocate, "", "", store.StateAllocated},
-			{alice, store.ActionDeploy, "", "", store.StateDeploying},
+			{alice, store.ActionDeploy, "", "debian", store.StateDeploying},
 			{sys, store.ActionDeploymentDone, "", "", store.StateDeployed},
 			{admin, store.ActionMarkBroken, "PSU", "", store.StateBroken},
 		}, "alice"},
@@ -377,6 +383,7 @@ func TestTransitionPaths(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			s := storetest.New(t)
+			storetest.DeployImages(t, s, "amd64", "noble", "jammy", "debian")
 			m := create(t, s, store.NewMachine{Hostname: "web1", State: tc.created, Power: manual})
 			var got store.Machine
 			for i, st := range tc.steps {
@@ -487,8 +494,13 @@ func TestTransitionPermissions(t *testing.T) {
 			create(t, s, store.NewMachine{Hostname: "new"})
 			allocate(t, s, alice, "mine", "a")
 			allocate(t, s, bob, "bobs", "b")
+			storetest.DeployImages(t, s, "amd64", "debian")
 			before := snap(t, s)
-			m, err := s.Transition(t.Context(), tc.actor, store.TransitionRequest{Machine: tc.machine, Action: tc.action})
+			req := store.TransitionRequest{Machine: tc.machine, Action: tc.action}
+			if tc.action == store.ActionDeploy {
+				req.Image = "debian"
+			}
+			m, err := s.Transition(t.Context(), tc.actor, req)
 			if tc.code == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)

@@ -129,6 +129,7 @@ func TestCredentialExpiresWithPhase(t *testing.T) {
 	s := storetest.New(t)
 	m := ready(t, s, "d1")
 	allocate(t, s, admin, "d1", "a")
+	storetest.DeployImages(t, s, "amd64", "raw")
 	m, err := s.Transition(context.Background(), admin, store.TransitionRequest{Machine: m.ID, Action: store.ActionDeploy, Image: "raw"})
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +162,7 @@ func TestDeployReport(t *testing.T) {
 			s := storetest.New(t)
 			m := ready(t, s, "d1")
 			allocate(t, s, admin, "d1", "a")
+			storetest.DeployImages(t, s, "amd64", "raw")
 			m, err := s.Transition(context.Background(), admin, store.TransitionRequest{Machine: m.ID, Action: store.ActionDeploy, Image: "raw"})
 			if err != nil {
 				t.Fatal(err)
@@ -284,6 +286,7 @@ func TestPhaseStartPower(t *testing.T) {
 	step(store.ActionCommission, "", "cycle/pxe")
 	step(store.ActionCommissioningDone, "", "off/")
 	allocate(t, s, admin, "p1", "a")
+	storetest.DeployImages(t, s, "amd64", "raw")
 	step(store.ActionDeploy, "raw", "on/pxe")
 	step(store.ActionDeploymentFailed, "", "off/")
 	step(store.ActionDeploy, "", "cycle/pxe")

@@ -275,7 +275,8 @@ func TestPowerPolicyOnTransitions(t *testing.T) {
 	if r := last(); r != nil {
 		t.Errorf("allocation queued %+v", r)
 	}
-	if _, err := s.Transition(ctx, testAdmin, TransitionRequest{Machine: "n1", Action: ActionDeploy}); err != nil {
+	putDeployImages(t, s, "debian")
+	if _, err := s.Transition(ctx, testAdmin, TransitionRequest{Machine: "n1", Action: ActionDeploy, Image: "debian"}); err != nil {
 		t.Fatal(err)
 	}
 	if r := last(); r == nil || r.Action != PowerOn || r.NextBoot != "pxe" || r.Who != "admin" {
@@ -322,6 +323,7 @@ func TestPowerPolicyWalk(t *testing.T) {
 	s := openTest(t, Options{}, true)
 	ctx := context.Background()
 	m := createPowered(t, s, "n1", 1, StateNew)
+	putDeployImages(t, s, "debian")
 	var got []string
 	step := func(a Action) {
 		t.Helper()
@@ -329,7 +331,11 @@ func TestPowerPolicyWalk(t *testing.T) {
 		if a == ActionAllocate {
 			_, err = s.Allocate(ctx, testAdmin, AllocateRequest{Name: "n1"})
 		} else {
-			_, err = s.Transition(ctx, testAdmin, TransitionRequest{Machine: m.ID, Action: a})
+			req := TransitionRequest{Machine: m.ID, Action: a}
+			if a == ActionDeploy {
+				req.Image = "debian"
+			}
+			_, err = s.Transition(ctx, testAdmin, req)
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -955,3 +955,17 @@ func bobToken(tx kv.Tx) Token {
 
 // f0MAC is the MAC of the "r" machine in TestCheckFindsDamage.
 var f0MAC = testMAC(0xf0)
+
+// putDeployImages records a deploy image of each name for amd64 (a file
+// whose blob does not exist: a deploy's transaction only asks that the
+// image be imported), so that a test can deploy it.
+func putDeployImages(t testing.TB, s *Store, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		im := Image{Name: name, Arch: "amd64", Purpose: PurposeDeploy,
+			Files: []ImageFile{{Path: name + ".img", Role: "disk", SHA256: strings.Repeat("d", 64), Size: 1 << 20}}}
+		if _, err := s.PutImage(context.Background(), testAdmin, im); err != nil {
+			t.Fatalf("import deploy image %s: %v", name, err)
+		}
+	}
+}

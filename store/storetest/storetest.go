@@ -2,7 +2,9 @@
 package storetest
 
 import (
+	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"rackd/store"
@@ -33,3 +35,17 @@ func New(t testing.TB, opts ...func(*store.Options)) *store.Store {
 
 // Admin is an admin actor for tests.
 var Admin = store.Actor{Name: "admin", Admin: true}
+
+// DeployImages records a deploy image of each name for arch (one disk file
+// whose blob does not exist: enough for a deploy's transaction, which only
+// asks that the image be imported), so that a test can deploy it.
+func DeployImages(t testing.TB, s *store.Store, arch string, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		im := store.Image{Name: name, Arch: arch, Purpose: store.PurposeDeploy,
+			Files: []store.ImageFile{{Path: name + ".img", Role: "disk", SHA256: strings.Repeat("d", 64), Size: 1 << 20}}}
+		if _, err := s.PutImage(context.Background(), Admin, im); err != nil {
+			t.Fatalf("storetest: import deploy image %s/%s: %v", name, arch, err)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"rackd/agent"
 	"rackd/enlist"
 	"rackd/store"
+	"rackd/store/storetest"
 )
 
 // These tests run the whole program against a real rackd (the agent's HTTP
@@ -127,6 +128,7 @@ func TestRunSeed001(t *testing.T) {
 	if _, err := s.Allocate(ctx, store.System, store.AllocateRequest{Name: "web1", AgentName: "juju"}); err != nil {
 		t.Fatal(err)
 	}
+	storetest.DeployImages(t, s, "amd64", "noble")
 	if _, err := s.Transition(ctx, store.System, store.TransitionRequest{Machine: "web1", Action: store.ActionDeploy, Image: "noble"}); err != nil {
 		t.Fatal(err)
 	}
