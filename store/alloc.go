@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sort"
 
 	"rackd/power"
 )
@@ -22,7 +23,19 @@ type Constraints struct {
 	MinMemoryMB int
 	Tags        []string
 	Zone        string
+	// NotTags: the machine carries none of these tags.
+	NotTags []string
+	// NotZones: the machine is in none of these zones ("default" is the
+	// zone of a machine without one, as Zones says).
+	NotZones []string
+	// Disks: the machine has one disk of at least each of these sizes
+	// (bytes), a different disk for each (MatchDisks).
+	Disks []int64
 }
+
+// DefaultZone is the zone of a machine that has none, for a constraint
+// that names it.
+const DefaultZone = "default"
 
 func (c Constraints) match(m Machine) bool {
 	if c.Arch != "" && c.Arch != m.Arch {
@@ -31,7 +44,14 @@ func (c Constraints) match(m Machine) bool {
 	if m.CPUCount < c.MinCPU || m.MemoryMB < c.MinMemoryMB {
 		return false
 	}
-	if c.Zone != "" && c.Zone != m.Zone {
+	zone := m.Zone
+	if zone == "" {
+		zone = DefaultZone
+	}
+	if c.Zone != "" && c.Zone != zone {
+		return false
+	}
+	if slices.Contains(c.NotZones, zone) {
 		return false
 	}
 	for _, tag := range c.Tags {
@@ -39,7 +59,49 @@ func (c Constraints) match(m Machine) bool {
 			return false
 		}
 	}
+	for _, tag := range c.NotTags {
+		if slices.Contains(m.Tags, tag) {
+			return false
+		}
+	}
+	if len(c.Disks) > 0 {
+		var disks []Disk
+		if m.Inventory != nil {
+			disks = m.Inventory.Disks
+		}
+		if _, ok := MatchDisks(c.Disks, disks); !ok {
+			return false
+		}
+	}
 	return true
+}
+
+// MatchDisks gives each wanted size (bytes) a different disk at least that
+// large: for each want, the index of its disk in disks. It matches the
+// largest wants to the largest disks, which finds a match whenever one
+// exists.
+func MatchDisks(want []int64, disks []Disk) ([]int, bool) {
+	if len(want) > len(disks) {
+		return nil, false
+	}
+	wi := make([]int, len(want))
+	for i := range wi {
+		wi[i] = i
+	}
+	sort.SliceStable(wi, func(a, b int) bool { return want[wi[a]] > want[wi[b]] })
+	di := make([]int, len(disks))
+	for i := range di {
+		di[i] = i
+	}
+	sort.SliceStable(di, func(a, b int) bool { return disks[di[a]].SizeBytes > disks[di[b]].SizeBytes })
+	out := make([]int, len(want))
+	for k, w := range wi {
+		if disks[di[k]].SizeBytes < want[w] {
+			return nil, false
+		}
+		out[w] = di[k]
+	}
+	return out, true
 }
 
 // AllocateRequest asks for a machine, by name or by constraints.
@@ -197,11 +259,22 @@ func quoteOrNone(s string) string {
 }
 
 func describe(c Constraints) string {
-	if c.Arch == "" && c.MinCPU == 0 && c.MinMemoryMB == 0 && len(c.Tags) == 0 && c.Zone == "" {
+	if c.Arch == "" && c.MinCPU == 0 && c.MinMemoryMB == 0 && len(c.Tags) == 0 && c.Zone == "" &&
+		len(c.NotTags) == 0 && len(c.NotZones) == 0 && len(c.Disks) == 0 {
 		return "(no constraints)"
 	}
-	b, _ := json.Marshal(map[string]any{"arch": c.Arch, "min_cpu": c.MinCPU,
-		"min_memory_mb": c.MinMemoryMB, "tags": c.Tags, "zone": c.Zone})
+	v := map[string]any{"arch": c.Arch, "min_cpu": c.MinCPU,
+		"min_memory_mb": c.MinMemoryMB, "tags": c.Tags, "zone": c.Zone}
+	if len(c.NotTags) > 0 {
+		v["not_tags"] = c.NotTags
+	}
+	if len(c.NotZones) > 0 {
+		v["not_zones"] = c.NotZones
+	}
+	if len(c.Disks) > 0 {
+		v["disks_bytes"] = c.Disks
+	}
+	b, _ := json.Marshal(v)
 	return string(b)
 }
 

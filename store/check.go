@@ -95,6 +95,8 @@ func checkAllocations(machines map[string]Machine, bad func(string, ...any)) {
 			bad("machine %s: owner/agent %s/%q differ from its allocation's %s/%q", id, m.Owner, m.AgentName, a.Owner, a.AgentName)
 		case !found && m.Owner != "":
 			bad("machine %s has owner %s but no allocation", id, m.Owner)
+		case !found && len(m.OwnerData) > 0:
+			bad("machine %s has owner data but no allocation", id)
 		}
 	}
 }

@@ -54,6 +54,12 @@ type Image struct {
 	// rendered after rackd's when the image boots. Absent in records
 	// written before it existed, which is the same as empty.
 	Cmdline string      `json:"cmdline,omitempty"`
+	// OS and Series name a deploy image the way MAAS's clients ask for
+	// one (osystem "ubuntu", distro_series "jammy"): set at import, from
+	// the import request or the image's manifest; empty in records
+	// written before they existed. ImageOSSeries defaults them.
+	OS      string      `json:"os,omitempty"`
+	Series  string      `json:"series,omitempty"`
 	Files   []ImageFile `json:"files"`
 	Created time.Time   `json:"created"`
 }
@@ -61,6 +67,7 @@ type Image struct {
 var (
 	imageNameRE = regexp.MustCompile(`^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,63}$`)
 	sha256RE    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	osSeriesRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 )
 
 func imageKey(name, arch string) []byte { return []byte(name + "/" + arch) }
@@ -68,6 +75,11 @@ func imageKey(name, arch string) []byte { return []byte(name + "/" + arch) }
 func validateImage(im Image) error {
 	if !imageNameRE.MatchString(im.Name) {
 		return errorf(CodeInvalid, "invalid image name %q: want 1-64 characters of [A-Za-z0-9._+-], not starting with '.'", im.Name)
+	}
+	for what, v := range map[string]string{"os": im.OS, "series": im.Series} {
+		if v != "" && !osSeriesRE.MatchString(v) {
+			return errorf(CodeInvalid, "invalid image %s %q: want 1-64 of lower-case letters, digits and . _ - (not first)", what, v)
+		}
 	}
 	if !imageNameRE.MatchString(im.Arch) {
 		return errorf(CodeInvalid, "invalid image arch %q: want 1-64 characters of [A-Za-z0-9._+-], not starting with '.'", im.Arch)

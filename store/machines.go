@@ -534,9 +534,11 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 		}
 	}
 	if !holds(to) && to != StateBroken && m.Owner != "" {
-		// The allocation ends here; its token dies with it.
+		// The allocation ends here; its token and the owner's data die
+		// with it.
 		m.Allocation = nil
 		m.Owner, m.AgentName = "", ""
+		m.OwnerData = nil
 	}
 	if err := t.putMachine(&m); err != nil {
 		return Machine{}, err
