@@ -50,10 +50,10 @@ func routes() []route {
 		{"GET /metrics", public, (*Agent).serveMetrics},
 		{"GET /api/v1/version", user, (*Agent).version},
 		{"GET /api/v1/machines", user, (*Agent).listMachines},
-		{"POST /api/v1/machines", admin, (*Agent).createMachine},
+		{"POST /api/v1/machines", admin, (*Agent).createMachineHandler},
 		{"GET /api/v1/machines/{id}", user, (*Agent).getMachine},
-		{"PATCH /api/v1/machines/{id}", admin, (*Agent).patchMachine},
-		{"DELETE /api/v1/machines/{id}", admin, (*Agent).deleteMachine},
+		{"PATCH /api/v1/machines/{id}", admin, (*Agent).patchMachineHandler},
+		{"DELETE /api/v1/machines/{id}", admin, (*Agent).deleteMachineHandler},
 		{"GET /api/v1/machines/{id}/events", user, (*Agent).machineEvents},
 		{"GET /api/v1/machines/{id}/user-data", user, (*Agent).userData},
 		{"GET /api/v1/machines/{id}/console", user, (*Agent).machineConsole},
@@ -441,7 +441,7 @@ func (a *Agent) listMachines(w http.ResponseWriter, r *http.Request, who store.A
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (a *Agent) createMachine(w http.ResponseWriter, r *http.Request, who store.Actor) {
+func (a *Agent) createMachineHandler(w http.ResponseWriter, r *http.Request, who store.Actor) {
 	var req api.CreateMachine
 	if a.decodeBody(w, r, &req, false) != nil {
 		return
@@ -451,20 +451,12 @@ func (a *Agent) createMachine(w http.ResponseWriter, r *http.Request, who store.
 		State: store.State(strings.ToUpper(req.State))}
 	if req.Power != nil {
 		nm.Power = store.PowerParams(*req.Power)
-		if err := a.checkPowerAddress(nm.Power.Driver, nm.Power.Address); err != nil {
-			writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
-			return
-		}
 	}
-	m, err := a.store.CreateMachine(r.Context(), who, nm)
+	m, err := a.createMachine(r.Context(), who, nm)
 	if err != nil {
 		a.storeError(w, r, err)
 		return
 	}
-	a.log.Info("machine created", "machine", m.ID, "hostname", m.Hostname, "state", m.State, "by", who.Name)
-	// A machine created READY or DEPLOYED has known hardware: it takes the
-	// same path as one whose commissioning just succeeded.
-	a.ensureSticky(r.Context(), m)
 	writeJSON(w, http.StatusCreated, a.machineView(m))
 }
 

@@ -2,9 +2,7 @@ package agent
 
 import (
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -73,50 +71,23 @@ func (a *Agent) checkPowerAddress(driver, addr string) error {
 	return nil
 }
 
-// patchMachine changes a machine's record (admin): JSON merge patch.
-func (a *Agent) patchMachine(w http.ResponseWriter, r *http.Request, who store.Actor) {
+// patchMachineHandler changes a machine's record (admin): JSON merge patch.
+func (a *Agent) patchMachineHandler(w http.ResponseWriter, r *http.Request, who store.Actor) {
 	var req api.MachinePatch
 	if a.decodeBody(w, r, &req, false) != nil {
 		return
 	}
-	p := patchFromAPI(req)
-	if d := p.Power.Driver; d != nil && *d != "" {
-		// The store cannot know which drivers this rackd has; a machine
-		// set to one it lacks would fail every power request later.
-		if name := strings.ToLower(strings.TrimSpace(*d)); a.powerDrivers[name] == nil {
-			writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("power driver %q is not in this rackd (known: %s)",
-				*d, strings.Join(slices.Sorted(maps.Keys(a.powerDrivers)), ", ")))
-			return
-		}
-	}
-	if p.Power.Driver != nil || p.Power.Address != nil {
-		var driver, addr string
-		if old, err := a.store.Machine(r.PathValue("id")); err == nil && !p.ClearPower {
-			driver, addr = old.Power.Driver, old.Power.Address
-		}
-		if p.Power.Driver != nil {
-			driver = *p.Power.Driver
-		}
-		if p.Power.Address != nil {
-			addr = *p.Power.Address
-		}
-		if err := a.checkPowerAddress(driver, addr); err != nil {
-			writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
-			return
-		}
-	}
-	m, err := a.store.UpdateMachine(r.Context(), who, r.PathValue("id"), p)
+	m, err := a.updateMachine(r.Context(), who, r.PathValue("id"), patchFromAPI(req))
 	if err != nil {
 		a.storeError(w, r, err)
 		return
 	}
-	a.log.Info("machine updated", "machine", m.ID, "hostname", m.Hostname, "by", who.Name)
 	writeJSON(w, http.StatusOK, a.machineView(m))
 }
 
-// deleteMachine removes a machine (admin). Refused with 409 while it is
+// deleteMachineHandler removes a machine (admin). Refused with 409 while it is
 // allocated, deployed or in a phase, unless forced (body or ?force=true).
-func (a *Agent) deleteMachine(w http.ResponseWriter, r *http.Request, who store.Actor) {
+func (a *Agent) deleteMachineHandler(w http.ResponseWriter, r *http.Request, who store.Actor) {
 	var req api.DeleteMachine
 	if a.decodeBody(w, r, &req, true) != nil {
 		return
@@ -129,12 +100,11 @@ func (a *Agent) deleteMachine(w http.ResponseWriter, r *http.Request, who store.
 		}
 		req.Force = req.Force || force
 	}
-	m, err := a.store.DeleteMachine(r.Context(), who, store.DeleteRequest{Machine: r.PathValue("id"), Force: req.Force, Reason: req.Reason})
+	m, err := a.deleteMachine(r.Context(), who, store.DeleteRequest{Machine: r.PathValue("id"), Force: req.Force, Reason: req.Reason})
 	if err != nil {
 		a.storeError(w, r, err)
 		return
 	}
-	a.log.Info("machine deleted", "machine", m.ID, "hostname", m.Hostname, "state", m.State, "force", req.Force, "by", who.Name)
 	// What it was, without addresses (they are free now) or power status.
 	writeJSON(w, http.StatusOK, machineFields(m))
 }

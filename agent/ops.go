@@ -3,6 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"rackd/store"
 )
@@ -86,6 +89,75 @@ func (a *Agent) requestMachinePower(ctx context.Context, who store.Actor, machin
 	return pr, nil
 }
 
+// createMachine adds a machine (store.CreateMachine), once its power
+// address is one its driver takes; a machine of known hardware gets its
+// sticky address as a commissioned one does.
+func (a *Agent) createMachine(ctx context.Context, who store.Actor, nm store.NewMachine) (store.Machine, error) {
+	if err := a.checkPowerAddress(nm.Power.Driver, nm.Power.Address); err != nil {
+		return store.Machine{}, &store.Error{Code: store.CodeInvalid, Msg: err.Error()}
+	}
+	m, err := a.store.CreateMachine(ctx, who, nm)
+	if err != nil {
+		return m, err
+	}
+	a.log.Info("machine created", "machine", m.ID, "hostname", m.Hostname, "state", m.State, "by", who.Name)
+	a.ensureSticky(ctx, m)
+	return m, nil
+}
+
+// updateMachine changes a machine's record (store.UpdateMachine), once a
+// new power driver and address are ones this rackd takes.
+func (a *Agent) updateMachine(ctx context.Context, who store.Actor, machine string, p store.MachinePatch) (store.Machine, error) {
+	if d := p.Power.Driver; d != nil {
+		if err := a.checkDriver(*d); err != nil {
+			return store.Machine{}, err
+		}
+	}
+	if p.Power.Driver != nil || p.Power.Address != nil {
+		var driver, addr string
+		if old, err := a.store.Machine(machine); err == nil && !p.ClearPower {
+			driver, addr = old.Power.Driver, old.Power.Address
+		}
+		if p.Power.Driver != nil {
+			driver = *p.Power.Driver
+		}
+		if p.Power.Address != nil {
+			addr = *p.Power.Address
+		}
+		if err := a.checkPowerAddress(driver, addr); err != nil {
+			return store.Machine{}, &store.Error{Code: store.CodeInvalid, Msg: err.Error()}
+		}
+	}
+	m, err := a.store.UpdateMachine(ctx, who, machine, p)
+	if err != nil {
+		return m, err
+	}
+	a.log.Info("machine updated", "machine", m.ID, "hostname", m.Hostname, "by", who.Name)
+	return m, nil
+}
+
+// deleteMachine removes a machine (store.DeleteMachine).
+func (a *Agent) deleteMachine(ctx context.Context, who store.Actor, req store.DeleteRequest) (store.Machine, error) {
+	m, err := a.store.DeleteMachine(ctx, who, req)
+	if err != nil {
+		return m, err
+	}
+	a.log.Info("machine deleted", "machine", m.ID, "hostname", m.Hostname, "state", m.State, "force", req.Force, "by", who.Name)
+	return m, nil
+}
+
+// checkDriver refuses a power driver this rackd does not have: the store
+// cannot know which it has, and a machine set to one it lacks would fail
+// every power request later.
+func (a *Agent) checkDriver(driver string) error {
+	name := strings.ToLower(strings.TrimSpace(driver))
+	if name == "" || a.powerDrivers[name] != nil {
+		return nil
+	}
+	return &store.Error{Code: store.CodeInvalid, Msg: fmt.Sprintf("power driver %q is not in this rackd (known: %s)",
+		driver, strings.Join(slices.Sorted(maps.Keys(a.powerDrivers)), ", "))}
+}
+
 // maasOps are the operations as package maasapi calls them.
 type maasOps struct{ a *Agent }
 
@@ -103,6 +175,18 @@ func (o maasOps) Deploy(ctx context.Context, who store.Actor, req store.DeployRe
 
 func (o maasOps) Transition(ctx context.Context, who store.Actor, req store.TransitionRequest) (store.Machine, error) {
 	return o.a.transitionMachine(ctx, who, req)
+}
+
+func (o maasOps) Create(ctx context.Context, who store.Actor, nm store.NewMachine) (store.Machine, error) {
+	return o.a.createMachine(ctx, who, nm)
+}
+
+func (o maasOps) Update(ctx context.Context, who store.Actor, machine string, p store.MachinePatch) (store.Machine, error) {
+	return o.a.updateMachine(ctx, who, machine, p)
+}
+
+func (o maasOps) Delete(ctx context.Context, who store.Actor, req store.DeleteRequest) (store.Machine, error) {
+	return o.a.deleteMachine(ctx, who, req)
 }
 
 func (o maasOps) RequestPower(ctx context.Context, who store.Actor, machine string, action store.PowerAction, reason string) (store.PowerRequest, error) {

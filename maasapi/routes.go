@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"rackd/store"
 )
 
 // Route is one operation of MAAS's API as rackd serves it.
@@ -72,5 +74,46 @@ func routes() []Route {
 			Doc: "Every resource served, with its operations (python-libmaas builds its client from it)."},
 		{Method: "GET", Path: "users/", Op: "whoami", Handler: "UsersHandler", Handle: whoami,
 			Doc: "The user the API key belongs to."},
+
+		// machines.go, machineops.go
+		{Method: "GET", Path: "machines/", Handler: "MachinesHandler", Handle: machinesRead,
+			Doc: "The machines the caller may see (theirs and the unowned), filtered by id, hostname, mac_address, agent_name, zone, pool, status, tags, arch, owner, domain."},
+		{Method: "POST", Path: "machines/", Handler: "MachinesHandler", Handle: machinesCreate,
+			Doc: "Admins: add a machine (hostname, architecture, mac_addresses, power_type, power_parameters_*, zone, cpu_count, memory); commission=true (the default) commissions one with a power driver."},
+		{Method: "POST", Path: "machines/", Op: "allocate", Handler: "MachinesHandler", Handle: machinesAllocate,
+			Doc: "Allocate a machine by name or system_id, or by constraints (arch, cpu_count, mem, tags, not_tags, zone, not_in_zone, pool, storage), under agent_name; comment=\"rackd-token=TOKEN\" hands over an allocation. 409 when none matches."},
+		{Method: "POST", Path: "machines/", Op: "release", Handler: "MachinesHandler", Handle: machinesRelease,
+			Doc: "Release the machines of machines= (all or none), with comment."},
+		{Method: "GET", Path: "machines/", Op: "power_parameters", Handler: "MachinesHandler", Handle: machinesPowerParameters,
+			Doc: "Admins: the power parameters of the machines of id= (all by default), without credentials."},
+		{Method: "GET", Path: "machines/{system_id}/", Handler: "MachineHandler", Handle: machineRead,
+			Doc: "One machine."},
+		{Method: "PUT", Path: "machines/{system_id}/", Handler: "MachineHandler", Handle: machineUpdate,
+			Doc: "Admins: change hostname, architecture, cpu_count, memory, zone, power_type and power_parameters_*."},
+		{Method: "DELETE", Path: "machines/{system_id}/", Handler: "MachineHandler", Handle: machineDelete,
+			Doc: "Admins: delete a machine (force=true while it is held or busy)."},
+		{Method: "POST", Path: "machines/{system_id}/", Op: "deploy", Handler: "MachineHandler", Handle: machineDeploy,
+			BodyLimit: deployBodyLimit,
+			Doc:       "Deploy: distro_series and osystem choose the image, user_data (base64) goes to cloud-init, hwe_kernel is accepted; a Ready machine is allocated first."},
+		{Method: "POST", Path: "machines/{system_id}/", Op: "release", Handler: "MachineHandler", Handle: machineRelease,
+			Doc: "Release (from Allocated, Deploying, Deployed or Failed deployment), with comment; erase=true erases the disks first."},
+		{Method: "POST", Path: "machines/{system_id}/", Op: "set_owner_data", Handler: "MachineHandler", Handle: machineSetOwnerData,
+			Doc: "The owner: set owner data key=value (an empty value removes the key); it goes with the allocation."},
+		{Method: "POST", Path: "machines/{system_id}/", Op: "power_on", Handler: "MachineHandler", Handle: powerAction(store.PowerOn),
+			Doc: "The owner or an admin: queue a power-on."},
+		{Method: "POST", Path: "machines/{system_id}/", Op: "power_off", Handler: "MachineHandler", Handle: powerAction(store.PowerOff),
+			Doc: "The owner or an admin: queue a power-off (stop_mode accepted)."},
+		{Method: "GET", Path: "machines/{system_id}/", Op: "query_power_state", Handler: "MachineHandler", Handle: machineQueryPowerState,
+			Doc: "The power state rackd last observed: on, off or unknown."},
+		{Method: "GET", Path: "machines/{system_id}/", Op: "power_parameters", Handler: "MachineHandler", Handle: machinePowerParameters,
+			Doc: "Admins: the machine's power parameters, without credentials."},
+		{Method: "POST", Path: "machines/{system_id}/", Op: "commission", Handler: "MachineHandler", Handle: machineCommission,
+			Doc: "Admins: commission (skip_bmc_config accepted; enable_ssh, skip_networking, skip_storage and scripts refused)."},
+		{Method: "POST", Path: "machines/{system_id}/", Op: "abort", Handler: "MachineHandler", Handle: machineAbort,
+			Doc: "Abort a commissioning or a deployment: the machine's phase fails at once (Failed commissioning, Failed deployment)."},
+		{Method: "POST", Path: "machines/{system_id}/", Op: "mark_broken", Handler: "MachineHandler", Handle: lifecycleAction(store.ActionMarkBroken),
+			Doc: "Admins: mark the machine Broken, with comment."},
+		{Method: "POST", Path: "machines/{system_id}/", Op: "mark_fixed", Handler: "MachineHandler", Handle: lifecycleAction(store.ActionMarkFixed),
+			Doc: "Admins: mark a Broken machine fixed (Ready when commissioned, else New)."},
 	}, resourceRoutes()...) // resources.go: zones, pools, tags, networks, addresses, DNS, images, files
 }

@@ -21,12 +21,16 @@ import (
 // port is 5240, rackd's default).
 const Prefix = "/MAAS/api/2.0/"
 
-// Ops are the domain operations that change machines, as /api/v1 calls
-// them: the agent implements them, each with its follow-ups (the releaser,
-// metrics, the log). The MAAS layer calls nothing else that writes
-// machines, so one place decides what an allocation, a release, a deploy or
-// a power request may do.
+// Ops are the domain operations that change machines and have follow-ups
+// in the agent (the releaser, power driver checks, sticky addresses,
+// metrics, the log), as /api/v1 calls them: the agent implements them. The
+// MAAS layer changes machines through these, or through store operations
+// that have no follow-up (owner data, tags), so one place decides what an
+// allocation, a release, a deploy or a power request may do.
 type Ops interface {
+	Create(ctx context.Context, who store.Actor, nm store.NewMachine) (store.Machine, error)
+	Update(ctx context.Context, who store.Actor, machine string, p store.MachinePatch) (store.Machine, error)
+	Delete(ctx context.Context, who store.Actor, req store.DeleteRequest) (store.Machine, error)
 	Allocate(ctx context.Context, who store.Actor, req store.AllocateRequest) (store.AllocateResult, error)
 	Release(ctx context.Context, who store.Actor, machine, reason string, erase bool) (store.Machine, error)
 	Deploy(ctx context.Context, who store.Actor, req store.DeployRequest) (store.Machine, error)

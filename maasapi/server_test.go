@@ -21,6 +21,18 @@ import (
 // plus metrics and the releaser, which these tests do not look at.
 type storeOps struct{ st *store.Store }
 
+func (o storeOps) Create(ctx context.Context, who store.Actor, nm store.NewMachine) (store.Machine, error) {
+	return o.st.CreateMachine(ctx, who, nm)
+}
+
+func (o storeOps) Update(ctx context.Context, who store.Actor, machine string, p store.MachinePatch) (store.Machine, error) {
+	return o.st.UpdateMachine(ctx, who, machine, p)
+}
+
+func (o storeOps) Delete(ctx context.Context, who store.Actor, req store.DeleteRequest) (store.Machine, error) {
+	return o.st.DeleteMachine(ctx, who, req)
+}
+
 func (o storeOps) Allocate(ctx context.Context, who store.Actor, req store.AllocateRequest) (store.AllocateResult, error) {
 	return o.st.Allocate(ctx, who, req)
 }

@@ -53,7 +53,7 @@ type Image struct {
 	// Cmdline is the image's own kernel arguments, space-separated,
 	// rendered after rackd's when the image boots. Absent in records
 	// written before it existed, which is the same as empty.
-	Cmdline string      `json:"cmdline,omitempty"`
+	Cmdline string `json:"cmdline,omitempty"`
 	// OS and Series name a deploy image the way MAAS's clients ask for
 	// one (osystem "ubuntu", distro_series "jammy"): set at import, from
 	// the import request or the image's manifest; empty in records

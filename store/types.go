@@ -42,13 +42,13 @@ type Machine struct {
 	Allocation *Allocation `json:"allocation,omitempty"`
 	// Owner and AgentName mirror Allocation (empty when there is none), for
 	// listing and filtering; Check verifies that they agree.
-	Owner     string      `json:"owner,omitempty"`
-	AgentName string      `json:"agent_name,omitempty"`
+	Owner     string `json:"owner,omitempty"`
+	AgentName string `json:"agent_name,omitempty"`
 	// OwnerData is what the owner keeps on the machine while it holds it
 	// (MAAS's owner_data: Juju's model and unit names, say): key -> value,
 	// bounded (SetOwnerData), gone when the allocation ends.
 	OwnerData map[string]string `json:"owner_data,omitempty"`
-	Power     PowerParams `json:"power"`
+	Power     PowerParams       `json:"power"`
 	// Secrets are the machine's BMC secrets, sealed (secrets.go): field
 	// name ("power.password") -> envelope.
 	Secrets map[string][]byte `json:"secrets,omitempty"`
