@@ -200,3 +200,80 @@ func TestConfigCredentialBinding(t *testing.T) {
 		t.Errorf("default binding %q", b)
 	}
 }
+
+// TestReplayedCredentialRefused: anyone who knows a machine's id (every boot
+// config prints it) can send a phase report. A report carrying the phase
+// credential of the machine's earlier deployment, or any other string, is
+// refused with 401, counted and recorded as an event on the machine, and
+// changes nothing: the machine stays DEPLOYING with its credential, and
+// its own environment's report still ends the phase. (Such a report used
+// to fail the deployment: FAILED_DEPLOYMENT, "rejected credential".)
+func TestReplayedCredentialRefused(t *testing.T) {
+	f := newDeployFixture(t)
+	m := f.machine(t, "web1", "52:54:00:00:0c:21", f.alice)
+	deploy := func() store.Machine {
+		t.Helper()
+		if status, raw := f.call(t, f.alice, "POST", "/api/v1/machines/web1/deploy", api.ActionRequest{Image: "debian"}, nil); status != http.StatusOK {
+			t.Fatalf("deploy: %d %s", status, raw)
+		}
+		sm, err := f.Store().Machine(m.ID)
+		if err != nil || sm.State != store.StateDeploying {
+			t.Fatalf("after deploy: %+v, %v", sm, err)
+		}
+		return sm
+	}
+	report := func(token string, rep enlist.Report) (int, []byte) {
+		t.Helper()
+		body, _ := json.Marshal(rep)
+		return f.post(t, token, enlist.PathDeployed, "application/json", body)
+	}
+	// The first deployment fails, as its environment reports with its
+	// credential.
+	first := f.Store().PhaseToken(deploy())
+	if status, raw := report(first, enlist.Report{Machine: m.ID, Error: "disk vanished"}); status != http.StatusOK {
+		t.Fatalf("the first deployment's failure report: %d %s", status, raw)
+	}
+	// The owner tries again: a new credential.
+	second := deploy()
+	token := f.Store().PhaseToken(second)
+	if token == first {
+		t.Fatal("the retry kept the first deployment's credential")
+	}
+	for name, tok := range map[string]string{"the first deployment's credential": first, "any string": "not-a-token"} {
+		for _, rep := range []enlist.Report{{Machine: m.ID, Error: "forged failure"}, {Machine: m.ID, Disk: "vda", Bytes: 1, SHA256: strings.Repeat("b", 64)}} {
+			status, raw := report(tok, rep)
+			e := wantError(t, status, raw, http.StatusUnauthorized, api.CodeUnauthorized)
+			if strings.Contains(e.Error, "DEPLOYING") || strings.Contains(e.Error, "web1") {
+				t.Errorf("%s: the refusal tells the caller about the machine: %q", name, e.Error)
+			}
+			now, err := f.Store().Machine(m.ID)
+			if err != nil || now.State != store.StateDeploying || f.Store().PhaseToken(now) != token || !now.DiskWritten.IsZero() {
+				t.Fatalf("%s (error %q) moved the machine: %s, credential kept %v", name, rep.Error, now.State, f.Store().PhaseToken(now) == token)
+			}
+			if ev := f.lastEvents(t, "web1", 1)[0]; ev.Action != "report-refused" || ev.To != "" ||
+				!strings.Contains(ev.Reason, "deploy report from 127.0.0.1:") || !strings.Contains(ev.Reason, "rejected credential") {
+				t.Fatalf("%s: event %+v", name, ev)
+			}
+		}
+	}
+	// The machine's own environment finishes the phase.
+	status, raw := report(token, enlist.Report{Machine: m.ID, Disk: "vda", Bytes: 1 << 20, SHA256: strings.Repeat("a", 64)})
+	if status != http.StatusOK {
+		t.Fatalf("the real report: %d %s", status, raw)
+	}
+	if now, _ := f.Store().Machine(m.ID); now.State != store.StateDeployed {
+		t.Fatalf("after the real report: %s", now.State)
+	}
+	_, metrics := f.call(t, "", "GET", "/metrics", nil, nil)
+	for _, want := range []string{
+		`rackd_metadata_reports_total{outcome="rejected",phase="deploy"} 4`,
+		`rackd_phase_failures_total{phase="deploy",reason="reported"} 1`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(string(metrics), `reason="credential"`) {
+		t.Error("metrics still count phases failed by a credential")
+	}
+}

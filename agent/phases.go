@@ -73,17 +73,19 @@ func newPhaseMetrics(reg prometheus.Registerer) *phaseMetrics {
 		}, []string{"phase", "outcome"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "phase", Name: "failures_total",
-			Help: "Phases that failed, by phase and reason: reported (the environment said why), credential " +
-				"(a token that was not the machine's), timeout (the watchdog).",
+			Help: "Phases that failed, by phase and reason: reported (the environment said why), power " +
+				"(rackd could not power the machine on or off: the BMC's error is in the machine's events), timeout (the watchdog).",
 		}, []string{"phase", "reason"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "metadata", Name: "reports_total",
 			Help: "Phase reports of the environments, by phase and outcome: done, image_written (the deployed OS reports next), " +
-				"failed, replayed, unauthorized, bad_request, error.",
+				"failed, replayed, rejected (a token that is not the credential of a machine in that phase: refused, " +
+				"recorded as an event on the machine, which stays in its phase), unauthorized (no token, or no machine in that phase), " +
+				"bad_request, error.",
 		}, []string{"phase", "outcome"}),
 	}
 	for _, p := range []string{store.PhaseCommission, store.PhaseDeploy, store.PhaseErase} {
-		for _, r := range []string{"reported", "credential", "timeout"} {
+		for _, r := range []string{"reported", "power", "timeout"} {
 			m.failures.WithLabelValues(p, r)
 		}
 		for _, o := range []string{"done", "failed"} {
@@ -150,6 +152,7 @@ func (a *Agent) phaseReport(w http.ResponseWriter, r *http.Request, phase string
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, err.Error())
 		return
 	}
+	req.Source = r.RemoteAddr
 	// The environment printed what it did (or why it failed) before it
 	// reported: let its console deliver that before the phase ends (the
 	// recording stops with it) and a failure event takes its tail.
@@ -265,17 +268,18 @@ func reportRequest(rep enlist.Report, phase, token string) (store.PhaseReport, e
 }
 
 // reportRefused answers a report the store did not apply as asked and
-// returns the outcome for the metrics. A wrong credential for a machine in
-// its phase still failed the phase (res says how).
+// returns the outcome for the metrics. A refused credential changes no
+// machine (a wrong one for a machine in its phase is an event on it: res
+// says so), whoever sent it.
 func (a *Agent) reportRefused(w http.ResponseWriter, r *http.Request, phase, machine string, res store.ReportResult, err error) string {
 	if store.CodeOf(err) == store.CodeUnauthorized {
-		if res.Action != "" {
-			a.observePhase(phase, res.Since, true, "credential")
-			a.transitioned(res.Machine, res.Action, store.ReportActor)
+		outcome := "unauthorized"
+		if res.Rejected {
+			outcome = "rejected"
 		}
-		a.log.Warn("phase report refused", "phase", phase, "machine", machine, "source", r.RemoteAddr, "err", err)
+		a.log.Warn("phase report refused", "phase", phase, "machine", machine, "source", r.RemoteAddr, "outcome", outcome, "err", err)
 		writeError(w, http.StatusUnauthorized, api.CodeUnauthorized, err.Error())
-		return "unauthorized"
+		return outcome
 	}
 	a.storeError(w, r, err)
 	if store.CodeOf(err) != "" {

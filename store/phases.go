@@ -129,6 +129,10 @@ type ReportResult struct {
 	// DiskWritten: a deploy report that wrote the image of a deployment
 	// whose OS reports itself; the machine stays DEPLOYING (Action is "").
 	DiskWritten bool
+	// Rejected: a report refused (CodeUnauthorized) although the machine
+	// is in that phase: its token was not the machine's credential. The
+	// refusal is an event on the machine; nothing else changed.
+	Rejected bool
 }
 
 // PhaseReport is an environment's report at the end of its phase.
@@ -148,6 +152,8 @@ type PhaseReport struct {
 	Bytes int64
 	// BMC is the commissioning's BMC set-up, when it ran.
 	BMC *BMCSetup
+	// Source is the caller's address, for the event of a refusal.
+	Source string
 }
 
 // CommissionInventory is what commissioning learns about a machine.
@@ -174,11 +180,13 @@ const maxReason = 1024
 // (an erase that failed still completes the release, with the reason: the
 // machine is off and free, and the event says what was not erased).
 //
-// A wrong token for a machine that is in that phase fails the phase with
-// the reason "rejected credential" (an environment that cannot prove itself
-// will not finish) and returns CodeUnauthorized; a token for a machine not
-// in that phase (used already, expired, another machine's) changes nothing
-// and returns CodeUnauthorized.
+// A report that does not carry the machine's current credential for that
+// phase is refused with CodeUnauthorized and changes no machine: the caller
+// proved nothing, and anyone who knows a machine's id (every boot config
+// prints it) could otherwise end its phase. When the machine is in that
+// phase the refusal is recorded as an event on it (ReportResult.Rejected),
+// and the phase goes on: an environment that truly cannot prove itself
+// ends with the phase's timeout or the operator's next action.
 func (s *Store) Report(ctx context.Context, r PhaseReport) (ReportResult, error) {
 	r, err := prepareReport(r)
 	if err != nil {
@@ -254,7 +262,7 @@ const (
 	// credential for it); nothing changes.
 	credentialRefused
 	// credentialWrong: the machine is in that phase and the token is not
-	// its credential; the phase fails.
+	// its credential; refused and recorded, the phase goes on.
 	credentialWrong
 )
 
@@ -276,8 +284,8 @@ func reportCredential(m Machine, r PhaseReport) credentialVerdict {
 }
 
 // report is Report's transaction: what the report did, the refusal to
-// answer with (deny, the transaction still commits what it did: a phase
-// failed by a wrong credential), or an error that rolls it back.
+// answer with (deny, the transaction still commits what it did: the event
+// of a wrong credential), or an error that rolls it back.
 func (t *Tx) report(r PhaseReport) (res ReportResult, deny, err error) {
 	// One refusal for every case, naming nothing: the caller has proved
 	// nothing yet.
@@ -296,8 +304,14 @@ func (t *Tx) report(r PhaseReport) (res ReportResult, deny, err error) {
 	case credentialRefused:
 		return ReportResult{}, refused, nil
 	case credentialWrong:
-		res, err := t.failPhase(m, "rejected credential: the "+r.Phase+" environment presented a token that is not this machine's")
-		return res, refused, err
+		source := r.Source
+		if source == "" {
+			source = "an unknown address"
+		}
+		err := t.addEvent(Event{Machine: m.ID, Actor: ReportActor.Name, Action: "report-refused",
+			Reason: fmt.Sprintf("%s report from %s refused: rejected credential (not this machine's current %s credential); "+
+				"the machine stays %s", r.Phase, cut(oneLine(source), 64), r.Phase, m.State)})
+		return ReportResult{Machine: m, Rejected: true}, refused, err
 	}
 	used := *m.Credential
 	used.Nonce = ""

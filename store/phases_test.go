@@ -42,16 +42,35 @@ func TestCredentialIssuedPerPhase(t *testing.T) {
 	if s.PhaseToken(m2) == tok {
 		t.Fatal("two machines share a token")
 	}
-	// A token of one machine is not valid for another, and being wrong
-	// for a machine in its phase fails that phase.
-	_, err := report(s, store.PhaseReport{Machine: m2.ID, Phase: store.PhaseCommission, Token: tok})
-	wantCode(t, err, store.CodeUnauthorized)
-	m2, _ = s.Machine(m2.ID)
-	if m2.State != store.StateFailedCommissioning || m2.Credential != nil {
-		t.Fatalf("after a rejected credential: %s %+v", m2.State, m2.Credential)
+	// A token of one machine is not valid for another. Being wrong for a
+	// machine in its phase is recorded as an event on it, and nothing else
+	// changes: the caller proved nothing, so it cannot end the phase.
+	tok2 := s.PhaseToken(m2)
+	for _, r := range []store.PhaseReport{
+		{Machine: m2.ID, Phase: store.PhaseCommission, Token: tok, Source: "192.0.2.7:4711"},
+		{Machine: m2.ID, Phase: store.PhaseCommission, Token: tok, Error: "forged", Source: "192.0.2.7:4711"},
+		{Machine: m2.ID, Phase: store.PhaseCommission, Token: "", Source: "192.0.2.7:4711"},
+	} {
+		res, err := report(s, r)
+		wantCode(t, err, store.CodeUnauthorized)
+		if !res.Rejected || res.Action != "" {
+			t.Errorf("a wrong credential for a machine in its phase: %+v", res)
+		}
+		after, _ := s.Machine(m2.ID)
+		if after.State != store.StateCommissioning || s.PhaseToken(after) != tok2 || !after.StateSince.Equal(m2.StateSince) {
+			t.Fatalf("after a rejected credential: %s, credential kept %v", after.State, s.PhaseToken(after) == tok2)
+		}
+		if e := lastEvent(t, s, m2.ID); e.Action != "report-refused" || e.To != "" ||
+			e.Reason != "commission report from 192.0.2.7:4711 refused: rejected credential (not this machine's current commission credential); the machine stays COMMISSIONING" {
+			t.Fatalf("event %+v", e)
+		}
 	}
-	if e := lastEvent(t, s, m2.ID); !strings.Contains(e.Reason, "rejected credential") {
-		t.Fatalf("event %+v", e)
+	// Its own token still ends the phase.
+	if _, err := report(s, store.PhaseReport{Machine: m2.ID, Phase: store.PhaseCommission, Token: tok2, Error: "real failure"}); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := s.Machine(m2.ID); after.State != store.StateFailedCommissioning {
+		t.Fatalf("the machine's own report: %s", after.State)
 	}
 }
 
