@@ -469,3 +469,69 @@ func TestReloadAfterCompaction(t *testing.T) {
 		t.Fatalf("B offers %s to %s after the reload, want its lease %s", g.Address.IP, macA, got)
 	}
 }
+
+// TestRevisionWaitsForTheMirror: a store on etcd reports a revision only
+// once its reads show that revision's changes. B's engine holds a revision
+// back before applying it (to its mirror of the address records, then to
+// the store): while A's lease is held back, B's Revision stays below it
+// and WaitRevision for it does not return; let through, B offers A's
+// client the address A leased it.
+func TestRevisionWaitsForTheMirror(t *testing.T) {
+	cli := etcdClient(t)
+	prefix := freshPrefix()
+	clk := &fakeClock{now: t0}
+	withClock := func(o *store.Options) { o.Now = clk.Now }
+	a := openAgent(t, cli, prefix, withClock)
+	var hold atomic.Bool
+	held := make(chan int64)
+	release := make(chan struct{})
+	ctx := t.Context() // done before the cleanups close the stores
+	b := openAgentOn(t, etcdkv.New(cli, etcdkv.Options{Prefix: prefix, BeforeApply: func(rev int64) {
+		if !hold.Load() {
+			return
+		}
+		select {
+		case held <- rev:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}}), withClock)
+	mustSubnet(t, a, lab())
+	caughtUp(t, cli, b)
+
+	hold.Store(true)
+	got := lease(t, a, macA, link, "10.0.0.150")
+	rev := clusterRev(t, cli)
+	var first int64
+	select {
+	case first = <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("B's watch was not handed A's lease within 30s")
+	}
+	hold.Store(false)
+	if first > rev {
+		t.Fatalf("B held back revision %d, after the cluster's %d", first, rev)
+	}
+	if g := mustOffer(t, b, store.LeaseRequest{MAC: macA, Link: link}); g.Address.IP == got {
+		t.Fatalf("B offers %s its lease %s while the revision that made it is held back: the test's hold does not hold", macA, got)
+	}
+	if r := b.Revision(); r >= first {
+		t.Errorf("B reports revision %d while revision %d is held back before its mirror applied it", r, first)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err := b.WaitRevision(wctx, rev)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitRevision(%d) with revision %d held back before B's mirror: %v, want it to wait (until its deadline)", rev, first, err)
+	}
+	close(release)
+
+	caughtUp(t, cli, b)
+	if g := mustOffer(t, b, store.LeaseRequest{MAC: macA, Link: link}); g.Address.IP != got {
+		t.Fatalf("B, caught up, offers %s to %s, which holds %s by A's lease", g.Address.IP, macA, got)
+	}
+}

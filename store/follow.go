@@ -21,6 +21,14 @@ import (
 // another agent commits updates it, and the store's own commits, which
 // arrive too, are applied again harmlessly (the MAC index keeps, for each
 // address, the revision its entry reflects, and ignores older news).
+//
+// A store never reports a revision (Revision, WaitRevision) whose changes
+// its reads do not show yet. There is one stream of changes, the engine's
+// Watch, and everything kept in memory follows it in one order: the engine
+// applies each revision to its mirror of the address records first (reads
+// of offers and acknowledgements), then hands it to applyChanges, which
+// applies it to the MAC index and the subnets cache and only then
+// advances the revision. Nothing else follows the engine on its own.
 
 // revEngine is an engine shared by several writers, whose commits have
 // revisions that a watch delivers in order (store/kv/etcdkv).
@@ -181,6 +189,13 @@ func (f *follower) isOwn(rev int64) bool {
 func (s *Store) startFollowing(e revEngine) error {
 	f := &follower{e: e, advanced: make(chan struct{}), own: map[int64]bool{}, inflight: map[uint64]chan struct{}{},
 		imagesChanged: make(chan struct{}), done: make(chan struct{})}
+	if m, ok := e.(mirrorEngine); ok {
+		// DHCP offers and acknowledgements read only addresses: from
+		// memory, they cost the engine nothing but the commit. The
+		// engine loads them with the state below and keeps them from
+		// the same watch.
+		m.Mirror(string(bucketAddresses))
+	}
 	rev, err := s.loadState(e)
 	if err != nil {
 		return err
@@ -189,22 +204,15 @@ func (s *Store) startFollowing(e revEngine) error {
 	s.follow = f
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
-	if m, ok := e.(mirrorEngine); ok {
-		// DHCP offers and acknowledgements read only addresses: from
-		// memory, they cost the engine nothing but the commit.
-		if err := m.Mirror(ctx, string(bucketAddresses)); err != nil {
-			cancel()
-			return fmt.Errorf("mirror the addresses: %w", err)
-		}
-	}
 	go s.watchLoop(ctx, rev)
 	return nil
 }
 
 // mirrorEngine is an engine that can keep buckets in memory for the
-// transactions that ask for it (kv.WithMirroredReads).
+// transactions that ask for it (kv.WithMirroredReads), loaded by ViewRev
+// and kept by Watch, each revision before Watch hands it over.
 type mirrorEngine interface {
-	Mirror(ctx context.Context, buckets ...string) error
+	Mirror(buckets ...string)
 }
 
 // stopFollowing ends the watch and waits for it.
@@ -216,7 +224,8 @@ func (s *Store) stopFollowing() {
 }
 
 // loadState reads the subnets and the MAC index at one revision and
-// installs them; it returns the revision.
+// installs them (the engine loads its mirror at the same revision); it
+// returns the revision.
 func (s *Store) loadState(e revEngine) (int64, error) {
 	var (
 		subnets []Subnet
@@ -279,7 +288,9 @@ func (s *Store) watchLoop(ctx context.Context, rev int64) {
 	}
 }
 
-// applyChanges applies one revision's changes to the in-memory state.
+// applyChanges applies one revision's changes to the in-memory state
+// (the engine has applied them to its mirror already), and only then
+// records the revision as applied.
 func (s *Store) applyChanges(rev int64, changes []etcdkv.Change) error {
 	f := s.follow
 	var (

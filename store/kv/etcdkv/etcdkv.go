@@ -68,6 +68,8 @@ type DB struct {
 	cli       *clientv3.Client
 	prefix    string
 	maxTxnOps int
+	// beforeApply is Options.BeforeApply.
+	beforeApply func(rev int64)
 	// mir is the mirror of some buckets, when one runs (Mirror).
 	mir atomic.Pointer[mirror]
 }
@@ -78,6 +80,10 @@ type Options struct {
 	Prefix string
 	// MaxTxnOps is the cluster's --max-txn-ops (DefaultMaxTxnOps when 0).
 	MaxTxnOps int
+	// BeforeApply, when set, is called by Watch with each revision before
+	// it applies it, to the mirror and then to its caller: a test holds a
+	// follower back with it. It must not call the DB.
+	BeforeApply func(rev int64)
 }
 
 // New returns an engine on cli.
@@ -88,7 +94,7 @@ func New(cli *clientv3.Client, opts Options) *DB {
 	if opts.MaxTxnOps <= 0 {
 		opts.MaxTxnOps = DefaultMaxTxnOps
 	}
-	return &DB{cli: cli, prefix: opts.Prefix, maxTxnOps: opts.MaxTxnOps}
+	return &DB{cli: cli, prefix: opts.Prefix, maxTxnOps: opts.MaxTxnOps, beforeApply: opts.BeforeApply}
 }
 
 // View runs fn in a read-only transaction on one snapshot.
@@ -184,7 +190,7 @@ func (d *DB) run(ctx context.Context, fn func(kv.Tx) error, mirrored bool) (*tx,
 // ViewRev is View that also returns the revision of its snapshot: the
 // cluster's revision when it began, fixed before fn reads anything, so
 // that a watch from the revision after it misses no change and repeats
-// none.
+// none. It loads the mirror (see Mirror) at the same revision.
 func (d *DB) ViewRev(ctx context.Context, fn func(kv.Tx) error) (int64, error) {
 	t := d.newTx(ctx, false)
 	resp, err := d.cli.Get(ctx, d.prefix+"B/", clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -198,6 +204,13 @@ func (d *DB) ViewRev(ctx context.Context, fn func(kv.Tx) error) (int64, error) {
 	}
 	if err != nil {
 		return 0, err
+	}
+	// The mirror, if any, is loaded at the same revision: the Watch from
+	// the next keeps both the caller's state and it.
+	if m := d.mir.Load(); m != nil {
+		if err := m.load(ctx, t.rev); err != nil {
+			return 0, err
+		}
 	}
 	return t.rev, nil
 }

@@ -3,10 +3,8 @@ package etcdkv
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,14 +12,21 @@ import (
 
 // A mirror keeps in memory the records of some buckets, with their
 // existence, sequence and version keys, each with its modification
-// revision: loaded at one revision, then kept from a watch from the next,
-// and updated at once by this DB's own commits. A transaction whose ctx
-// allows it (kv.WithMirroredReads) reads those keys from the mirror
-// instead of asking the cluster: a DHCP server choosing an address for an
-// offer, or acknowledging a lease, then costs no read round trip at all,
-// only the commit's. The commit compares each key's revision as the
-// mirror had it, so a mirror behind the cluster costs a conflict and a
-// run on the cluster's own records, never a wrong write.
+// revision: loaded by ViewRev at its snapshot's revision, then kept by
+// Watch from the next, and updated at once by this DB's own commits. A
+// transaction whose ctx allows it (kv.WithMirroredReads) reads those keys
+// from the mirror instead of asking the cluster: a DHCP server choosing an
+// address for an offer, or acknowledging a lease, then costs no read round
+// trip at all, only the commit's. The commit compares each key's revision
+// as the mirror had it, so a mirror behind the cluster costs a conflict
+// and a run on the cluster's own records, never a wrong write.
+//
+// The mirror has no watch of its own: the one that follows the DB (ViewRev,
+// then Watch) keeps it, and Watch applies each revision to it before it
+// hands the revision to its caller. So whoever follows the DB and reports
+// how far it has got never reports a revision whose changes the mirror
+// does not show yet: the two cannot drift apart, because there is one
+// stream and the mirror comes first in it.
 //
 // Each key's entry only moves forward (news older than the revision it
 // holds is ignored), because the watch and this DB's commits report the
@@ -32,17 +37,15 @@ type mirror struct {
 	db      *DB
 	buckets map[string]bool
 
-	mu      sync.RWMutex
+	mu sync.RWMutex
+	// ready: loaded and followed; until then, and again once the watch
+	// that kept it has ended, transactions read the cluster.
 	ready   bool
 	entries map[string]mirrorEntry
 	// watched is the revision up to which the load and the watch have
 	// applied every change; tombs the keys deleted after it.
 	watched int64
 	tombs   []string
-
-	// gate, when set (by tests), is received from before each watch
-	// response is applied: a mirror held behind the cluster.
-	gate chan struct{}
 }
 
 type mirrorEntry struct {
@@ -50,28 +53,18 @@ type mirrorEntry struct {
 	mod   int64
 }
 
-// Mirror starts a mirror of the named buckets, loaded before it returns,
-// kept until ctx ends. A DB has one mirror at most: while one runs, Mirror
-// returns nil and keeps it.
-func (d *DB) Mirror(ctx context.Context, buckets ...string) error {
-	return d.mirror(ctx, nil, buckets)
-}
-
-func (d *DB) mirror(ctx context.Context, gate chan struct{}, buckets []string) error {
-	m := &mirror{db: d, buckets: map[string]bool{}, gate: gate}
+// Mirror keeps the named buckets in memory for the transactions that ask
+// for it (kv.WithMirroredReads), from the next ViewRev on, which loads
+// them at its snapshot, and for as long as a Watch follows from there,
+// which applies each revision to them before it hands it over. It is for
+// a DB that one caller follows that way (the store on etcd). A DB has one
+// mirror: a second call changes nothing.
+func (d *DB) Mirror(buckets ...string) {
+	m := &mirror{db: d, buckets: map[string]bool{}}
 	for _, b := range buckets {
 		m.buckets[b] = true
 	}
-	if !d.mir.CompareAndSwap(nil, m) {
-		return nil
-	}
-	rev, err := m.load(ctx)
-	if err != nil {
-		d.mir.CompareAndSwap(m, nil)
-		return err
-	}
-	go m.follow(ctx, rev)
-	return nil
+	d.mir.CompareAndSwap(nil, m)
 }
 
 // covers reports whether key (a full engine key) is one the mirror keeps.
@@ -142,26 +135,19 @@ func (m *mirror) committed(rev int64, writes map[string]*[]byte, versions []stri
 	}
 }
 
-// load reads every key the mirror keeps at one revision and installs them;
-// it returns the revision.
-func (m *mirror) load(ctx context.Context) (int64, error) {
-	var rev int64
+// load reads every key the mirror keeps at revision rev and installs them.
+func (m *mirror) load(ctx context.Context, rev int64) error {
 	entries := map[string]mirrorEntry{}
 	read := func(from, end string) error {
 		for {
-			opts := []clientv3.OpOption{clientv3.WithLimit(pageSize), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+			opts := []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithLimit(pageSize),
+				clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
 			if end != "" {
 				opts = append(opts, clientv3.WithRange(end))
 			}
-			if rev != 0 {
-				opts = append(opts, clientv3.WithRev(rev))
-			}
 			resp, err := m.db.cli.Get(ctx, from, opts...)
 			if err != nil {
-				return fmt.Errorf("etcdkv: load the mirror from %q: %w", from, err)
-			}
-			if rev == 0 {
-				rev = resp.Header.Revision
+				return fmt.Errorf("etcdkv: load the mirror from %q at revision %d: %w", from, rev, err)
 			}
 			for _, kv := range resp.Kvs {
 				entries[string(kv.Key)] = mirrorEntry{value: present(kv.Value), mod: kv.ModRevision}
@@ -175,96 +161,37 @@ func (m *mirror) load(ctx context.Context) (int64, error) {
 	for b := range m.buckets {
 		start := m.db.prefix + "b/" + b + "/"
 		if err := read(start, clientv3.GetPrefixRangeEnd(start)); err != nil {
-			return 0, err
+			return err
 		}
 		for _, kind := range []string{"B", "S", "V"} {
 			if err := read(m.db.prefix+kind+"/"+b, ""); err != nil {
-				return 0, err
+				return err
 			}
 		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.entries, m.tombs, m.watched, m.ready = entries, nil, rev, true
-	return rev, nil
+	return nil
 }
 
-// follow applies the cluster's changes from rev+1 until ctx ends; a
-// compacted watch loads the mirror again.
-func (m *mirror) follow(ctx context.Context, rev int64) {
-	defer func() {
-		m.mu.Lock()
-		m.ready, m.entries, m.tombs = false, nil, nil
-		m.mu.Unlock()
-		m.db.mir.CompareAndSwap(m, nil)
-	}()
-	for {
-		err := m.watch(ctx, rev+1)
-		if ctx.Err() != nil {
-			return
-		}
-		slog.Warn("etcdkv: the mirror missed changes; loading it again", "prefix", m.db.prefix, "err", err)
-		m.mu.Lock()
-		m.ready = false // until loaded: transactions read the cluster
-		m.mu.Unlock()
-		for {
-			if rev, err = m.load(ctx); err == nil {
-				break
-			}
-			slog.Error("etcdkv: load the mirror", "prefix", m.db.prefix, "err", err)
-			select {
-			case <-time.After(watchRetry):
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-}
-
-// watch applies the changes from fromRev on until ctx ends or the
-// revision to resume from is compacted away (its error is returned).
-func (m *mirror) watch(ctx context.Context, fromRev int64) error {
-	for {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := m.db.cli.Watch(wctx, m.db.prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev))
-		for resp := range wch {
-			if resp.CompactRevision != 0 {
-				cancel()
-				return fmt.Errorf("%w: resuming from revision %d, compacted up to %d", ErrCompacted, fromRev, resp.CompactRevision)
-			}
-			if resp.Err() != nil {
-				break // broken: resume
-			}
-			if len(resp.Events) == 0 {
-				continue
-			}
-			if m.gate != nil {
-				select {
-				case <-m.gate:
-				case <-ctx.Done():
-					cancel()
-					return ctx.Err()
-				}
-			}
-			m.apply(resp.Events)
-			fromRev = resp.Events[len(resp.Events)-1].Kv.ModRevision + 1
-		}
-		cancel()
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		select {
-		case <-time.After(watchRetry):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// apply applies one watch response's events, in revision order.
-func (m *mirror) apply(evs []*clientv3.Event) {
+// drop forgets the mirror's contents: nothing keeps it any more (the
+// watch that did has ended), so transactions read the cluster until the
+// next ViewRev loads it again.
+func (m *mirror) drop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.ready, m.entries, m.tombs = false, nil, nil
+}
+
+// apply applies the events of one revision, rev, as the watch delivers
+// them.
+func (m *mirror) apply(rev int64, evs []*clientv3.Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.ready {
+		return // not loaded: the next load reads past it
+	}
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
 		if !m.covers(k) {
@@ -276,7 +203,7 @@ func (m *mirror) apply(evs []*clientv3.Event) {
 			m.set(k, present(ev.Kv.Value), ev.Kv.ModRevision)
 		}
 	}
-	m.watched = max(m.watched, evs[len(evs)-1].Kv.ModRevision)
+	m.watched = max(m.watched, rev)
 	// Tombstones the watch is past: nothing older can come any more.
 	kept := m.tombs[:0]
 	for _, k := range m.tombs {

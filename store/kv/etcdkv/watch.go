@@ -38,7 +38,17 @@ const watchRetry = time.Second
 // lost) starts again from the revision after the last one delivered, so no
 // revision is missed or delivered twice; ErrCompacted says the revision to
 // resume from is gone.
+//
+// Watch keeps the mirror (see Mirror) loaded by the ViewRev it follows:
+// each revision is applied to the mirror before fn is called with it, so
+// once fn has seen a revision, mirrored reads show it too. When Watch
+// returns the mirror is dropped (nothing keeps it any more; transactions
+// read the cluster) until the next ViewRev loads it. One Watch at a time
+// follows a DB that has a mirror.
 func (d *DB) Watch(ctx context.Context, fromRev int64, fn func(rev int64, changes []Change) error) error {
+	if m := d.mir.Load(); m != nil {
+		defer m.drop()
+	}
 	bprefix := d.prefix + "b/"
 	for {
 		// WithRequireLeader: a member cut off from the others ends the
@@ -56,8 +66,18 @@ func (d *DB) Watch(ctx context.Context, fromRev int64, fn func(rev int64, change
 				evs := resp.Events
 				for len(evs) > 0 {
 					rev := evs[0].Kv.ModRevision
+					n := 0
+					for n < len(evs) && evs[n].Kv.ModRevision == rev {
+						n++
+					}
+					if d.beforeApply != nil {
+						d.beforeApply(rev)
+					}
+					if m := d.mir.Load(); m != nil {
+						m.apply(rev, evs[:n])
+					}
 					var changes []Change
-					for len(evs) > 0 && evs[0].Kv.ModRevision == rev {
+					for range n {
 						ev := evs[0]
 						evs = evs[1:]
 						k := string(ev.Kv.Key)
