@@ -177,9 +177,42 @@ func (t *Tx) checkTokens(bad func(string, ...any)) {
 
 // checkAddresses verifies the subnets and addresses buckets: every address
 // is stored under its key, lies in a managed subnet, is in the in-memory
-// MAC index when it has a MAC and has a known kind, and a sticky address
-// belongs to an interface of its machine.
+// MAC index when it has a MAC and has a known kind, a sticky address
+// belongs to an interface of its machine, and no client holds two live
+// dynamic leases in one subnet. On a shared engine every address a MAC's
+// lease_macs key lists is bound to that MAC.
 func (t *Tx) checkAddresses(machines map[string]Machine, bad func(string, ...any)) {
+	type macSubnet struct {
+		mac    string
+		subnet netip.Prefix
+	}
+	leases := map[macSubnet][]netip.Addr{}
+	bound := map[netip.Addr]string{}
+	defer func() {
+		for k, ips := range leases {
+			if len(ips) > 1 {
+				bad("%s holds %d live dynamic leases in %s: %v", k.mac, len(ips), k.subnet, ips)
+			}
+		}
+		if !t.ipam.shared {
+			return
+		}
+		if b := t.tx.Bucket(bucketLeaseMACs); b != nil {
+			b.ForEach(func(k, v []byte) error {
+				ips, err := decodeLeaseKey(string(k), v)
+				if err != nil {
+					bad("%v", err)
+					return nil
+				}
+				for _, ip := range ips {
+					if bound[ip] != string(k) {
+						bad("lease_macs/%s lists %s, bound to %q", k, ip, bound[ip])
+					}
+				}
+				return nil
+			})
+		}
+	}()
 	subnets := map[netip.Prefix]bool{}
 	t.tx.Bucket(bucketSubnets).ForEach(func(k, v []byte) error {
 		var sn Subnet
@@ -203,6 +236,11 @@ func (t *Tx) checkAddresses(machines map[string]Machine, bad func(string, ...any
 			bad("address %s: subnet %s is not managed or does not contain it", a.IP, a.Subnet)
 		case a.MAC != "" && !t.ipam.macs.has(a.MAC, a.IP):
 			bad("address %s: MAC %s not indexed", a.IP, a.MAC)
+		}
+		bound[a.IP] = a.MAC
+		if a.Kind == KindDynamic && a.MAC != "" && a.live(t.now) {
+			k := macSubnet{a.MAC, a.Subnet}
+			leases[k] = append(leases[k], a.IP)
 		}
 		switch a.Kind {
 		case KindSticky:

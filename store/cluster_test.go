@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"rackd/store"
 	"rackd/store/kv"
 	"rackd/store/kv/etcdkv"
+	"rackd/store/storetest"
 )
 
 // These tests run stores on a real etcd (internal/etcdtest), several
@@ -534,4 +536,75 @@ func TestRevisionWaitsForTheMirror(t *testing.T) {
 	if g := mustOffer(t, b, store.LeaseRequest{MAC: macA, Link: link}); g.Address.IP != got {
 		t.Fatalf("B, caught up, offers %s to %s, which holds %s by A's lease", g.Address.IP, macA, got)
 	}
+}
+
+// TestAgentsAckOneClientAtOnce: two agents acknowledge different
+// addresses for one client at once (both transactions read before either
+// commits: storetest.Barrier): exactly one is granted, the other is
+// refused with CodeNak, and both agents list only the granted lease. Half
+// the clients held a lease before, which both acknowledgements move. An
+// acknowledgement that comes after the other's commit, not beside it,
+// still moves the lease.
+func TestAgentsAckOneClientAtOnce(t *testing.T) {
+	cli := etcdClient(t)
+	prefix := freshPrefix()
+	bar := storetest.NewBarrier(t, 2)
+	agents := [2]*store.Store{
+		openAgentOn(t, bar.Engine(etcdkv.New(cli, etcdkv.Options{Prefix: prefix}))),
+		openAgentOn(t, bar.Engine(etcdkv.New(cli, etcdkv.Options{Prefix: prefix}))),
+	}
+	mustSubnet(t, agents[0], lab())
+	caughtUp(t, cli, agents[1])
+	wins := [2]int{}
+	for i := range 8 {
+		mac := fmt.Sprintf("52:54:00:c0:00:%02x", i)
+		ips := [2]netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(100 + 3*i)}), netip.AddrFrom4([4]byte{10, 0, 0, byte(101 + 3*i)})}
+		if i%2 == 1 {
+			mustAck(t, agents[0], store.LeaseRequest{MAC: mac, Link: link, IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(102 + 3*i)})})
+			caughtUp(t, cli, agents[1])
+		}
+		bar.Arm()
+		var errs [2]error
+		var wg sync.WaitGroup
+		for j, s := range agents {
+			wg.Go(func() {
+				_, errs[j] = s.DHCPAck(bg, store.LeaseRequest{MAC: mac, Link: link, IP: ips[j]})
+			})
+		}
+		wg.Wait()
+		if !bar.Met() {
+			t.Fatalf("%s: the two acknowledgements did not both read before committing: the test's barrier does not hold", mac)
+		}
+		if (errs[0] == nil) == (errs[1] == nil) {
+			t.Fatalf("%s: acknowledgements of %s on A and %s on B at once: %v and %v, want exactly one granted", mac, ips[0], ips[1], errs[0], errs[1])
+		}
+		won := 0
+		if errs[1] == nil {
+			won = 1
+		}
+		wins[won]++
+		lost := errs[1-won]
+		if store.CodeOf(lost) != store.CodeNak || !strings.Contains(lost.Error(), "another acknowledgement") {
+			t.Errorf("%s: the acknowledgement that lost: %v (code %q), want CodeNak naming the other acknowledgement", mac, lost, store.CodeOf(lost))
+		}
+		t.Logf("%s: %s won, the other was refused: %v", mac, ips[won], lost)
+		for j, s := range agents {
+			caughtUp(t, cli, s)
+			var mine []netip.Addr
+			for ip, m := range leaseMap(t, s) {
+				if m == mac {
+					mine = append(mine, ip)
+				}
+			}
+			if len(mine) != 1 || mine[0] != ips[won] {
+				t.Errorf("%s: agent %d lists its leases as %v, want only %s", mac, j, mine, ips[won])
+			}
+		}
+		// One after the other, not at once: the later moves the lease.
+		g := mustAck(t, agents[1-won], store.LeaseRequest{MAC: mac, Link: link, IP: ips[1-won]})
+		if g.Address.IP != ips[1-won] {
+			t.Errorf("%s: a later acknowledgement of %s granted %s", mac, ips[1-won], g.Address.IP)
+		}
+	}
+	t.Logf("won by A %d times, by B %d times", wins[0], wins[1])
 }

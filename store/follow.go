@@ -189,12 +189,13 @@ func (f *follower) isOwn(rev int64) bool {
 func (s *Store) startFollowing(e revEngine) error {
 	f := &follower{e: e, advanced: make(chan struct{}), own: map[int64]bool{}, inflight: map[uint64]chan struct{}{},
 		imagesChanged: make(chan struct{}), done: make(chan struct{})}
+	s.ipam.shared = true
 	if m, ok := e.(mirrorEngine); ok {
-		// DHCP offers and acknowledgements read only addresses: from
-		// memory, they cost the engine nothing but the commit. The
-		// engine loads them with the state below and keeps them from
-		// the same watch.
-		m.Mirror(string(bucketAddresses))
+		// DHCP offers and acknowledgements read only addresses and the
+		// clients' lease keys: from memory, they cost the engine
+		// nothing but the commit. The engine loads them with the state
+		// below and keeps them from the same watch.
+		m.Mirror(string(bucketAddresses), string(bucketLeaseMACs))
 	}
 	rev, err := s.loadState(e)
 	if err != nil {

@@ -179,6 +179,10 @@ type ipamState struct {
 	sweeps  int
 	// macs indexes addresses by MAC (see macIndex).
 	macs macIndex
+	// shared: the store is on an engine with other writers, where the
+	// lease_macs bucket is kept too (see bindLeaseKey). Set before the
+	// store serves anything.
+	shared bool
 }
 
 type heldKey struct {
@@ -524,9 +528,15 @@ func (t *Tx) putAddress(a Address) error {
 		return err
 	} else if found && old.MAC != "" && old.MAC != a.MAC {
 		t.unindexMAC(old.MAC, old.IP)
+		if err := t.bindLeaseKey(old.MAC, old.IP, false); err != nil {
+			return err
+		}
 	}
 	if a.MAC != "" {
 		t.indexMAC(a.MAC, a.IP)
+		if err := t.bindLeaseKey(a.MAC, a.IP, true); err != nil {
+			return err
+		}
 	}
 	return t.putRaw(bucketAddresses, ipKey(a.IP), a.appendJSON(make([]byte, 0, 256)))
 }
@@ -535,8 +545,95 @@ func (t *Tx) putAddress(a Address) error {
 func (t *Tx) deleteAddress(a Address) error {
 	if a.MAC != "" {
 		t.unindexMAC(a.MAC, a.IP)
+		if err := t.bindLeaseKey(a.MAC, a.IP, false); err != nil {
+			return err
+		}
 	}
 	return t.del(bucketAddresses, ipKey(a.IP))
+}
+
+// On an engine shared with other agents, the in-memory MAC index cannot
+// order two agents' transactions: each learns of the other's bindings only
+// from the watch, so two acknowledgements of different addresses for one
+// MAC, committed at once by two agents, would each see none of the other's
+// records and both commit. So there, the addresses bound to a MAC are also
+// a record of the store: its key in the lease_macs bucket lists them
+// (leaseKeyIPs), every transaction that binds an address to a MAC or
+// unbinds it rewrites that key (bindLeaseKey, deleted once empty), and
+// every lookup of a MAC's addresses reads it (addressesOfMAC). The engine
+// compares every key a transaction read, so of two transactions that both
+// change one MAC's bindings, the second conflicts and runs again on what
+// the first committed. A database file has one writer, whose transactions
+// run one after the other: it keeps no such bucket.
+
+// leaseKeyIPs returns the addresses mac's key in the lease_macs bucket
+// lists (none on a database file).
+func (t *Tx) leaseKeyIPs(mac string) ([]netip.Addr, error) {
+	if !t.ipam.shared {
+		return nil, nil
+	}
+	b := t.bucket(bucketLeaseMACs)
+	if b == nil {
+		return nil, nil
+	}
+	return decodeLeaseKey(mac, b.Get([]byte(mac)))
+}
+
+// decodeLeaseKey decodes a lease_macs value: 16-byte addresses, one after
+// the other.
+func decodeLeaseKey(mac string, v []byte) ([]netip.Addr, error) {
+	if len(v)%16 != 0 {
+		return nil, fmt.Errorf("lease_macs/%s: %d bytes, not a list of 16-byte addresses", mac, len(v))
+	}
+	ips := make([]netip.Addr, 0, len(v)/16)
+	for i := 0; i < len(v); i += 16 {
+		ips = append(ips, netip.AddrFrom16([16]byte(v[i:i+16])).Unmap())
+	}
+	return ips, nil
+}
+
+// bindLeaseKey records, on a shared engine, that ip is bound to mac (or no
+// longer, bound false) in mac's lease_macs key; a key that would list
+// nothing is deleted. An unchanged list is not written again (a renewal):
+// whatever changes mac's bindings concurrently changes the record renewed
+// too.
+func (t *Tx) bindLeaseKey(mac string, ip netip.Addr, bound bool) error {
+	if !t.ipam.shared {
+		return nil
+	}
+	b := t.bucket(bucketLeaseMACs)
+	if b == nil {
+		if !bound {
+			return nil
+		}
+		var err error
+		if b, err = t.tx.CreateBucketIfNotExists(bucketLeaseMACs); err != nil {
+			return err
+		}
+		t.dirty = true
+	}
+	ips, err := decodeLeaseKey(mac, b.Get([]byte(mac)))
+	if err != nil {
+		return err
+	}
+	i := slices.Index(ips, ip)
+	switch {
+	case bound && i >= 0, !bound && i < 0:
+		return nil
+	case bound:
+		ips = append(ips, ip)
+		slices.SortFunc(ips, netip.Addr.Compare)
+	default:
+		ips = slices.Delete(ips, i, i+1)
+	}
+	if len(ips) == 0 {
+		return t.del(bucketLeaseMACs, []byte(mac))
+	}
+	v := make([]byte, 0, 16*len(ips))
+	for _, a := range ips {
+		v = append(v, ipKey(a)...)
+	}
+	return t.putRaw(bucketLeaseMACs, []byte(mac), v)
 }
 
 // The MAC index (macIndex) may hold more than the database (an entry added
@@ -588,10 +685,24 @@ func (t *Tx) setMAC(ip netip.Addr, mac string) bool {
 	return true
 }
 
-// addressesOfMAC returns every address record bound to mac, by address.
+// addressesOfMAC returns every address record bound to mac, by address:
+// the candidates are the MAC index's and, on a shared engine, those of
+// mac's lease_macs key, which the commit compares (see bindLeaseKey).
 func (t *Tx) addressesOfMAC(mac string) ([]Address, error) {
+	cands := t.ipam.macs.get(mac)
+	if t.ipam.shared {
+		bound, err := t.leaseKeyIPs(mac)
+		if err != nil {
+			return nil, err
+		}
+		for _, ip := range bound {
+			if !slices.Contains(cands, ip) {
+				cands = append(cands, ip)
+			}
+		}
+	}
 	var out []Address
-	for _, ip := range t.ipam.macs.get(mac) {
+	for _, ip := range cands {
 		a, found, err := t.address(ip)
 		if err != nil {
 			return nil, err

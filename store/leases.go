@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"slices"
 	"time"
 
 	"rackd/store/kv"
@@ -195,6 +196,12 @@ func (s *Store) dhcpAck(req LeaseRequest) (func(*Tx) error, *Grant, error) {
 	}
 	ip := req.IP.Unmap()
 	var g Grant
+	// seen is the addresses bound to mac in the subnet when the operation
+	// first ran; ran says it has.
+	var (
+		seen []netip.Addr
+		ran  bool
+	)
 	fn := func(t *Tx) error {
 		sn, err := t.subnetFor(req.Link)
 		if err != nil {
@@ -210,6 +217,29 @@ func (s *Store) dhcpAck(req LeaseRequest) (func(*Tx) error, *Grant, error) {
 		if err != nil {
 			return err
 		}
+		// Run again (a conflict), the operation finds mac bound to an
+		// address it was not bound to at the first run: another
+		// acknowledgement for the same client committed meanwhile (on a
+		// shared engine, another agent's: a leader that was deposed and
+		// does not know it yet). Two acknowledgements for one client at
+		// once are never both granted: the one that committed first
+		// stands, this one is refused. Moving the lease instead would
+		// take the address back from under an ACK already sent.
+		for _, a := range recs {
+			if a.Subnet != sn.CIDR || a.IP == ip {
+				continue
+			}
+			if ran && !slices.Contains(seen, a.IP) {
+				if a.Kind != KindDynamic {
+					return errorf(CodeNak, "%s was given its %s address %s while this acknowledgement of %s ran", mac, a.Kind, a.IP, ip)
+				}
+				return errorf(CodeNak, "%s was bound to %s by another acknowledgement while this one for %s ran: refused, one lease per client", mac, a.IP, ip)
+			}
+			if !ran {
+				seen = append(seen, a.IP)
+			}
+		}
+		ran = true
 		st := s.ipam
 		if a, ok := preferred(recs, sn); ok && a.Kind != KindDynamic {
 			// A known client gets exactly its own address.
@@ -353,34 +383,57 @@ func (s *Store) Addresses(keep func(Address) bool) ([]Address, error) {
 // ExpireAddresses deletes expired leases and quarantines, so that listings
 // and the database stay small. Handing out addresses does not depend on it:
 // an expired record is free already.
+//
+// On a shared engine it deletes expireChunk records a transaction, in as
+// many as it takes: etcd bounds the operations of one (each deletion is
+// about three) and would refuse the whole sweep of a busy subnet.
 func (s *Store) ExpireAddresses(ctx context.Context) (int, error) {
-	n := 0
-	err := s.update(ctx, func(t *Tx) error {
-		n = 0
-		var dead []Address
-		err := t.tx.Bucket(bucketAddresses).ForEach(func(k, v []byte) error {
-			var a Address
-			if err := json.Unmarshal(v, &a); err != nil {
+	limit := 0 // none
+	if s.ipam.shared {
+		limit = expireChunk
+	}
+	total := 0
+	for {
+		n := 0
+		err := s.update(ctx, func(t *Tx) error {
+			n = 0
+			var dead []Address
+			err := t.tx.Bucket(bucketAddresses).ForEach(func(k, v []byte) error {
+				var a Address
+				if err := json.Unmarshal(v, &a); err != nil {
+					return err
+				}
+				if !a.live(t.now) && (limit == 0 || len(dead) < limit) {
+					dead = append(dead, a)
+				}
+				return nil
+			})
+			if err != nil {
 				return err
 			}
-			if !a.live(t.now) {
-				dead = append(dead, a)
+			for _, a := range dead {
+				if err := t.deleteAddress(a); err != nil {
+					return err
+				}
 			}
+			n = len(dead)
 			return nil
 		})
 		if err != nil {
-			return err
+			return total, err
 		}
-		for _, a := range dead {
-			if err := t.deleteAddress(a); err != nil {
-				return err
-			}
+		total += n
+		if limit == 0 || n < limit {
+			return total, nil
 		}
-		n = len(dead)
-		return nil
-	})
-	return n, err
+	}
 }
+
+// expireChunk is how many records one transaction of ExpireAddresses
+// deletes on a shared engine: a deletion costs a write and a comparison of
+// the record's MAC key and a write of it, within etcd's default 128
+// operations a transaction.
+const expireChunk = 32
 
 // PoolUsage returns, per subnet, how many addresses its dynamic ranges hold
 // and how many of them are in use.

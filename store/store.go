@@ -47,6 +47,10 @@ var (
 	bucketAddresses   = []byte("addresses")   // 16-byte IP -> Address: every address in use, one use each
 	bucketAddrByMAC   = []byte("addr_by_mac") // schema 4-6 only: mac NUL 16-byte IP -> nothing
 	bucketImages      = []byte("images")      // name "/" arch -> Image
+	// On an engine shared with other agents only: mac -> the 16-byte IPs
+	// of the address records bound to it, one after the other (see
+	// bindLeaseKey). Made by the first binding.
+	bucketLeaseMACs = []byte("lease_macs")
 
 	keySchema = []byte("schema_version")
 	// keyScrub is set while the file may hold, on its free pages, secrets
@@ -1015,18 +1019,21 @@ func (s *Store) commitConcurrently() {
 // shared engine (maxShared: how many operations one takes, within the
 // engine's per-transaction limit; a commit over it is split, see commit).
 // One commit of up to sixty acknowledgements at a time
-// measured best on a three-member etcd: at 3200 leases a second, four
-// commits of up to 24 in flight kept offers at 3.4 ms and acks at 14.8 ms,
-// two of up to 40 at 2.1 and 10.9 ms, one of up to 60 at 1.6 and 9.0 ms;
-// while one commits, the next batch fills, so fewer and larger commits
-// cost the engine less consensus per lease.
+// measured best on a three-member etcd (when sixty fitted in one: before
+// each new lease also wrote its client's lease_macs key): at 3200 leases a
+// second, four commits of up to 24 in flight kept offers at 3.4 ms and
+// acks at 14.8 ms, two of up to 40 at 2.1 and 10.9 ms, one of up to 60 at
+// 1.6 and 9.0 ms; while one commits, the next batch fills, so fewer and
+// larger commits cost the engine less consensus per lease.
 const patientInFlight = 1
 
-// maxShared is, per group, how many operations one commit takes: sixty
-// acknowledgements (two or three writes and comparisons each) or sixteen
-// allocations (a machine, its event, its allocation record, their
-// comparisons) stay within etcd's default 128 operations a transaction.
-var maxShared = map[string]int{groupLease: 60, groupAllocate: 16}
+// maxShared is, per group, how many operations one commit takes: thirty
+// acknowledgements (a new lease: the address record and its client's
+// lease_macs key, each compared and written; a renewal three of those) or
+// sixteen allocations (a machine, its event, its allocation record, their
+// comparisons) stay within etcd's default 128 operations a transaction
+// (one over it is split in halves).
+var maxShared = map[string]int{groupLease: 30, groupAllocate: 16}
 
 // sameFence reports whether a and b may share a commit: one commit
 // checks one fence.
