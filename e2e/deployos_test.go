@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/juju/gomaasapi/v2"
+
 	"rackd/agent/api"
 	"rackd/enlist"
 	"rackd/internal/netnstest"
@@ -83,6 +85,30 @@ func (l *lab) newUser(name string) (token, priv string) {
 	priv, pub := sshKey(l.t, name+"@e2e")
 	l.callAs(u.Token, http.StatusCreated, "POST", "/api/v1/users/"+name+"/ssh-keys", map[string]string{"key": pub}, nil)
 	return u.Token, priv
+}
+
+// juju is a client of MAAS's API as Juju makes it (gomaasapi), with a key
+// of user's made through /api/v1, dialling into the lab's namespace.
+func (l *lab) juju(user string) gomaasapi.Controller {
+	l.t.Helper()
+	var tk api.Token
+	l.call(http.StatusCreated, "POST", "/api/v1/tokens", api.CreateToken{Name: "juju", User: user}, &tk)
+	c, err := gomaasapi.NewController(gomaasapi.ControllerArgs{BaseURL: l.url + "/MAAS/", APIKey: tk.MAASKey,
+		HTTPClient: l.client})
+	if err != nil {
+		l.t.Fatalf("gomaasapi.NewController for %s: %v", user, err)
+	}
+	return c
+}
+
+// jujuMachine reads one machine through MAAS's API.
+func (l *lab) jujuMachine(c gomaasapi.Controller, id string) gomaasapi.Machine {
+	l.t.Helper()
+	ms, err := c.Machines(gomaasapi.MachinesArgs{SystemIDs: []string{id}})
+	if err != nil || len(ms) != 1 {
+		l.t.Fatalf("gomaasapi Machines system_id=%s: %d machines, %v", id, len(ms), err)
+	}
+	return ms[0]
 }
 
 // stickyIP returns the machine's IPv4 address in the lab's subnet.
@@ -293,14 +319,31 @@ func TestE2EDeployOS(t *testing.T) {
 	l.cli("power", "off", "vm1", "--wait")
 	v.waitPower(false)
 
-	// Bob gets it next: his key logs in, Alice's no longer does, and
-	// cloud-init sees a new instance.
+	// Bob gets it next, through MAAS's API with Juju's own client: he
+	// allocates it by name and deploys it with a distro series (the
+	// image's name) and user-data; his key logs in, Alice's no longer
+	// does, and cloud-init sees a new instance.
 	bobTok, bobPriv := l.newUser("bob")
-	l.callAs(bobTok, http.StatusCreated, "POST", "/api/v1/allocations", map[string]any{"name": "vm1"}, nil)
+	juju := l.juju("bob")
+	held, _, err := juju.AllocateMachine(gomaasapi.AllocateMachineArgs{Hostname: "vm1"})
+	if err != nil {
+		t.Fatalf("gomaasapi AllocateMachine name=vm1: %v", err)
+	}
+	if held.SystemID() != m.ID {
+		t.Fatalf("AllocateMachine name=vm1 gave %s, want %s", held.SystemID(), m.ID)
+	}
 	bobData := cloudConfig(marker, "bob-user-data", "")
-	l.callAs(bobTok, http.StatusOK, "POST", "/api/v1/machines/"+m.ID+"/deploy", map[string]any{
-		"image": good2Name, "user_data": base64.StdEncoding.EncodeToString([]byte(bobData))}, nil)
+	if err := held.Start(gomaasapi.StartArgs{UserData: base64.StdEncoding.EncodeToString([]byte(bobData)),
+		DistroSeries: good2Name}); err != nil {
+		t.Fatalf("gomaasapi Start distro_series=%s: %v", good2Name, err)
+	}
 	m, d2 := l.waitDeployedOS(bobTok, m.ID)
+	if got := l.jujuMachine(juju, m.ID); got.StatusName() != "Deployed" || got.DistroSeries() != good2Name {
+		t.Errorf("through MAAS's API the deployed machine reads %q %q, want Deployed %s", got.StatusName(), got.DistroSeries(), good2Name)
+	}
+	if d2.Image != good2Name || d2.UserDataBytes != len(bobData) {
+		t.Errorf("the deployment through MAAS's API %+v: want image %s and %d bytes of user-data", d2, good2Name, len(bobData))
+	}
 	if d2.InstanceID == d.InstanceID {
 		t.Errorf("the redeployment kept the instance id %s", d.InstanceID)
 	}
@@ -327,10 +370,17 @@ func TestE2EDeployOS(t *testing.T) {
 	}
 	l.callAs(aliceTok, http.StatusForbidden, "GET", "/api/v1/machines/"+m.ID+"/user-data", nil, nil)
 
+	// Juju releases it, as it does at the end of a model: READY again.
+	if err := juju.ReleaseMachines(gomaasapi.ReleaseMachinesArgs{SystemIDs: []string{m.ID}, Comment: "e2e done"}); err != nil {
+		t.Fatalf("gomaasapi ReleaseMachines: %v", err)
+	}
+	m, _ = l.waitState(m.ID, "READY")
+	if got := l.jujuMachine(juju, m.ID); got.StatusName() != "Ready" {
+		t.Errorf("through MAAS's API the released machine reads %q, want Ready", got.StatusName())
+	}
+
 	// An OS that never reports: FAILED_DEPLOYMENT at the deploying
 	// timeout, with the reason.
-	l.cliAs(bobTok, "release", "vm1")
-	m, _ = l.waitState(m.ID, "READY")
 	v.waitPower(false)
 	// The timeout must outlast writing the image (else the reason is
 	// another): twice what the first deployment took to write it, and a
