@@ -26,6 +26,7 @@ import (
 	"rackd/internal/atomicfile"
 	"rackd/internal/consolelog"
 	"rackd/internal/etcdmember"
+	"rackd/internal/reqbody"
 	"rackd/internal/seal"
 	"rackd/maasapi"
 	"rackd/netboot/arp"
@@ -109,6 +110,9 @@ type Agent struct {
 	api         http.Handler
 	ui          *webui.UI
 	routeAccess *routeAccess
+	// bodies is the budget of request bodies read at once, which the
+	// API, the metadata and the web UI share.
+	bodies *reqbody.Gate
 	// maas serves MAAS's API 2.0 under maasapi.Prefix.
 	maas *maasapi.Server
 	// consoles holds the BMCs' serial console sessions (one per BMC),
@@ -237,6 +241,7 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 		return nil, err
 	}
 	a.routeAccess = newRouteAccess()
+	a.bodies = reqbody.NewGate(0, 0)
 	if err := a.newUI(); err != nil {
 		return nil, fmt.Errorf("web ui: %w", err)
 	}

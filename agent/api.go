@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"rackd/agent/api"
+	"rackd/internal/reqbody"
 	"rackd/maasapi"
 	"rackd/store"
 )
@@ -163,6 +165,9 @@ func (a *Agent) guard(rt route) http.Handler {
 			// for the committer is refused then.
 			r = r.WithContext(store.WithActor(r.Context(), who))
 		}
+		if !a.capBody(w, r, rt.pattern) {
+			return
+		}
 		rt.handle(a, w, r, who)
 	})
 }
@@ -310,11 +315,88 @@ func etcdUnavailable(err error) bool {
 // errBadBody is a request body refusal, already answered.
 var errBadBody = errors.New("bad request body")
 
-// decodeBody reads one JSON object into v, strictly: size-capped, unknown
-// fields refused, nothing after the object. With optional, an empty body
-// leaves v as it is. On failure it answers the request and returns errBadBody.
+// jsonBodyBytes caps the body of every API route but the deploy's: each
+// takes a short JSON object (a machine, a subnet, a token's name, an SSH
+// key), far below it.
+const jsonBodyBytes = 64 << 10
+
+// bodyCap is the cap of a route's request body (by its pattern): the
+// largest body the route legitimately takes, and never more than
+// api.max_body_bytes but for the deploy's. 0: the route reads no body, or
+// caps its own as it streams it (an appliance update's bundle).
+func (a *Agent) bodyCap(pattern string) int64 {
+	method, path, _ := strings.Cut(pattern, " ")
+	switch method {
+	case http.MethodGet, http.MethodHead:
+		return 0
+	}
+	switch pattern {
+	case "POST /api/v1/machines/{id}/{action}":
+		// A deploy carries up to a MiB of user-data, in base64.
+		return max(a.cfg.API.MaxBodyBytes, deployBodyLimit)
+	case "POST /api/v1/appliance/update":
+		return 0
+	case "POST /metadata/v1/os/{token}/phone-home":
+		return maxPhoneHomeBody
+	case "POST /metadata/v1/os/{token}/events":
+		return maxOSEventBody
+	}
+	if strings.HasPrefix(path, "/metadata/") {
+		return a.cfg.Enlist.MaxBodyBytes
+	}
+	return min(jsonBodyBytes, a.cfg.API.MaxBodyBytes)
+}
+
+// capBody refuses a body that declares a length over the route's cap,
+// before anything is read (413), and caps the body at it. It answers the
+// refusal itself and returns false.
+func (a *Agent) capBody(w http.ResponseWriter, r *http.Request, pattern string) bool {
+	limit := a.bodyCap(pattern)
+	if limit <= 0 {
+		return true
+	}
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge,
+			fmt.Sprintf("request body is larger than %d bytes", limit))
+		return false
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	return true
+}
+
+// readBody reads a request body whole, at most limit bytes, within the
+// budget of bodies read at once (reqbody): call done once finished with
+// it. A refusal is answered (413 over limit, 503 when the budget has no
+// room within its wait, 400 when the body cannot be read) and ok is false.
+func (a *Agent) readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, done func(), ok bool) {
+	b, done, err := a.bodies.Read(w, r, limit)
+	if err == nil {
+		return b.Bytes(), done, true
+	}
+	defer done()
+	if n, tooLarge := reqbody.TooLarge(err); tooLarge {
+		writeError(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, fmt.Sprintf("request body is larger than %d bytes", n))
+		return nil, done, false
+	}
+	if errors.Is(err, reqbody.ErrBusy) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, err.Error())
+		return nil, done, false
+	}
+	writeError(w, http.StatusBadRequest, api.CodeBadRequest, "the request body could not be read: "+err.Error())
+	return nil, done, false
+}
+
+// decodeBody reads one JSON object into v, strictly: under the route's
+// cap, unknown fields refused, nothing after the object. With optional, an
+// empty body leaves v as it is. On failure it answers the request and
+// returns errBadBody.
 func (a *Agent) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
-	return a.decodeBodyLimit(w, r, v, optional, a.cfg.API.MaxBodyBytes)
+	limit := a.bodyCap(r.Pattern)
+	if limit <= 0 {
+		limit = a.cfg.API.MaxBodyBytes
+	}
+	return a.decodeBodyLimit(w, r, v, optional, limit)
 }
 
 // decodeBodyLimit is decodeBody with a size cap of its own.
@@ -327,8 +409,12 @@ func (a *Agent) decodeBodyLimit(w http.ResponseWriter, r *http.Request, v any, o
 			return errBadBody
 		}
 	}
-	body := http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(body)
+	body, done, ok := a.readBody(w, r, limit)
+	defer done()
+	if !ok {
+		return errBadBody
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil {
@@ -341,14 +427,10 @@ func (a *Agent) decodeBodyLimit(w http.ResponseWriter, r *http.Request, v any, o
 		return nil
 	}
 	var (
-		maxErr    *http.MaxBytesError
 		syntaxErr *json.SyntaxError
 		typeErr   *json.UnmarshalTypeError
 	)
 	switch {
-	case errors.As(err, &maxErr):
-		writeError(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge,
-			fmt.Sprintf("request body is larger than %d bytes", maxErr.Limit))
 	case errors.Is(err, io.EOF):
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "request body is empty: send a JSON object")
 	case errors.As(err, &syntaxErr):
@@ -511,10 +593,11 @@ func (a *Agent) machineAction(w http.ResponseWriter, r *http.Request, who store.
 		return
 	}
 	var req api.ActionRequest
-	limit := a.cfg.API.MaxBodyBytes
+	// The route's cap is the deploy's (bodyCap); the other actions take a
+	// reason.
+	limit := min(jsonBodyBytes, a.cfg.API.MaxBodyBytes)
 	if action == store.ActionDeploy {
-		// A deploy carries up to a MiB of user-data, in base64.
-		limit = max(limit, deployBodyLimit)
+		limit = a.bodyCap(r.Pattern)
 	}
 	if a.decodeBodyLimit(w, r, &req, true, limit) != nil {
 		return

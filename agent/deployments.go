@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
@@ -199,19 +201,24 @@ func (a *Agent) osPhoneHome(w http.ResponseWriter, r *http.Request, _ store.Acto
 	}
 	outcome := "error"
 	defer func() { a.osm.reports.WithLabelValues("phone_home", outcome).Inc() }()
-	r.Body = http.MaxBytesReader(w, r.Body, maxPhoneHomeBody)
-	if err := r.ParseForm(); err != nil {
+	body, done, ok := a.readBody(w, r, maxPhoneHomeBody)
+	if !ok {
 		outcome = "bad_request"
-		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) {
-			writeError(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, fmt.Sprintf("phone-home body is larger than %d bytes", maxErr.Limit))
-			return
-		}
-		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "phone-home body is not a form: "+err.Error())
 		return
 	}
+	var form url.Values
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/x-www-form-urlencoded" {
+		var err error
+		if form, err = url.ParseQuery(string(body)); err != nil {
+			done()
+			outcome = "bad_request"
+			writeError(w, http.StatusBadRequest, api.CodeBadRequest, "phone-home body is not a form: "+err.Error())
+			return
+		}
+	}
+	done()
 	res, err := a.store.OSPhoneHome(r.Context(), store.PhoneHome{Token: r.PathValue("token"),
-		InstanceID: r.PostForm.Get("instance_id"), Source: sourceOf(r)})
+		InstanceID: form.Get("instance_id"), Source: sourceOf(r)})
 	switch store.CodeOf(err) {
 	case "":
 	case store.CodeForbidden:
@@ -259,14 +266,15 @@ func (a *Agent) osEvents(w http.ResponseWriter, r *http.Request, _ store.Actor) 
 	outcome := "error"
 	defer func() { a.osm.reports.WithLabelValues("events", outcome).Inc() }()
 	var ev osEvent
-	body := http.MaxBytesReader(w, r.Body, maxOSEventBody)
-	if err := json.NewDecoder(body).Decode(&ev); err != nil {
+	body, done, ok := a.readBody(w, r, maxOSEventBody)
+	if !ok {
 		outcome = "bad_request"
-		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) {
-			writeError(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, fmt.Sprintf("event is larger than %d bytes", maxErr.Limit))
-			return
-		}
+		return
+	}
+	err := json.NewDecoder(bytes.NewReader(body)).Decode(&ev)
+	done()
+	if err != nil {
+		outcome = "bad_request"
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "event is not JSON: "+err.Error())
 		return
 	}

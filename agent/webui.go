@@ -28,6 +28,7 @@ func (a *Agent) newUI() error {
 		Allowed:      a.allowed,
 		Data:         uiData{a},
 		Log:          a.log.With("service", "webui"),
+		Bodies:       a.bodies,
 	})
 	if err != nil {
 		return err

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"rackd/agent/api"
 )
@@ -108,30 +107,6 @@ func (u *UI) get(r *http.Request, s *reqSession, path string, v any) error {
 
 // seg escapes one path segment of an API path.
 func seg(s string) string { return url.PathEscape(s) }
-
-// parseForm parses a urlencoded or multipart form under the size cap.
-func parseForm(r *http.Request, limit int64) error {
-	if r.PostForm != nil {
-		return nil
-	}
-	ct := r.Header.Get("Content-Type")
-	if strings.HasPrefix(ct, "multipart/form-data") {
-		return r.ParseMultipartForm(min(limit, 8<<20))
-	}
-	return r.ParseForm()
-}
-
-// formError answers a form that could not be read: too large (413) or
-// malformed (400).
-func (u *UI) formError(w http.ResponseWriter, r *http.Request, s *reqSession, err error) {
-	var maxErr *http.MaxBytesError
-	if errors.As(err, &maxErr) || strings.Contains(err.Error(), "too large") {
-		u.renderStatus(w, r, s, http.StatusRequestEntityTooLarge, "Too large",
-			fmt.Sprintf("The form is larger than %d bytes: refused.", u.opts.MaxFormBytes))
-		return
-	}
-	u.renderStatus(w, r, s, http.StatusBadRequest, "Bad request", "The form could not be read: "+err.Error())
-}
 
 // done ends a form POST: the API's refusal, or the notice, is flashed and
 // the browser goes back to the page (Post/Redirect/Get). A script's request

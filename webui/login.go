@@ -1,7 +1,7 @@
 package webui
 
 import (
-	"crypto/subtle"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -71,16 +71,21 @@ func (u *UI) showLogin(w http.ResponseWriter, r *http.Request, status int, msg s
 
 // login opens a session for a valid API token.
 func (u *UI) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		u.formError(w, r, nil, err)
-		return
-	}
+	// The login form's anti-forgery value is a cookie's (double submit):
+	// checked against the body's first field before the rest is read.
 	c, err := r.Cookie(loginCookie)
-	if !sameOrigin(r) || err != nil || c.Value == "" ||
-		subtle.ConstantTimeCompare([]byte(c.Value), []byte(r.PostFormValue("csrf"))) != 1 {
+	if err == nil && sameOrigin(r) {
+		_, err = u.readForm(w, r, loginFormBytes, c.Value)
+	} else {
+		err = errCSRF
+	}
+	if errors.Is(err, errCSRF) {
 		u.renderStatus(w, r, nil, http.StatusForbidden, "Refused",
 			"The login form's CSRF token is missing or wrong: open the login page again.")
+		return
+	}
+	if err != nil {
+		u.formError(w, r, nil, err)
 		return
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))

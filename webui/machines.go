@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -453,18 +452,9 @@ func (u *UI) machineAction(w http.ResponseWriter, r *http.Request, s *reqSession
 	req := api.ActionRequest{Reason: strings.TrimSpace(r.PostFormValue("reason")), Erase: r.PostFormValue("erase") == "on"}
 	if action == "deploy" {
 		req.Image = r.PostFormValue("image")
-		if r.MultipartForm != nil {
-			if f, _, err := r.FormFile("user_data"); err == nil {
-				data, err := io.ReadAll(io.LimitReader(f, api.MaxUserData+1))
-				f.Close()
-				if err != nil {
-					u.formError(w, r, s, err)
-					return
-				}
-				if len(data) > 0 {
-					req.UserData = base64.StdEncoding.EncodeToString(data)
-				}
-			}
+		if data := s.files["user_data"]; len(data) > 0 {
+			// Over api.MaxUserData, the API refuses it and says so.
+			req.UserData = base64.StdEncoding.EncodeToString(data)
 		}
 		for _, line := range strings.Split(r.PostFormValue("ssh_keys"), "\n") {
 			if line = strings.TrimSpace(line); line != "" {

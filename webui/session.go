@@ -2,8 +2,8 @@ package webui
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -117,13 +117,21 @@ type reqSession struct {
 	// since is the hub's mark taken before the handler reads anything:
 	// the page's live updates resume after it.
 	since uint64
+	// files are the form's uploads, by field name.
+	files map[string][]byte
 }
 
 // authed runs h for a request with a live session whose token still
 // authenticates: the token is checked on every request, so a revoked or
 // expired token ends the session at once. Requests that change state must
-// carry the session's CSRF token and come from this origin.
+// come from this origin and carry the session's CSRF token; their form is
+// read (at most formBytes) before h runs.
 func (u *UI) authed(h func(http.ResponseWriter, *http.Request, *reqSession)) http.Handler {
+	return u.authedForm(formBytes, h)
+}
+
+// authedForm is authed for a form whose body may be up to limit bytes.
+func (u *UI) authedForm(limit int64, h func(http.ResponseWriter, *http.Request, *reqSession)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := u.currentSession(r)
 		if s == nil {
@@ -146,35 +154,26 @@ func (u *UI) authed(h func(http.ResponseWriter, *http.Request, *reqSession)) htt
 		}
 		rs := &reqSession{session: s, actor: actor, since: u.hub.Mark()}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			r.Body = http.MaxBytesReader(w, r.Body, u.opts.MaxFormBytes)
 			if !sameOrigin(r) {
 				u.renderStatus(w, r, rs, http.StatusForbidden, "Refused", "This request came from another site: refused.")
 				return
 			}
-			if !u.csrfOK(w, r, rs) {
+			// The form is read here, its anti-forgery value first, and
+			// its share of the budget of bodies is given back before h
+			// runs (h's own API requests read bodies too).
+			files, err := u.readForm(w, r, limit, s.csrf)
+			if errors.Is(err, errCSRF) {
+				u.renderStatus(w, r, rs, http.StatusForbidden, "Refused", "The form's CSRF token is missing or wrong: reload the page and try again.")
 				return
 			}
+			if err != nil {
+				u.formError(w, r, rs, err)
+				return
+			}
+			rs.files = files
 		}
 		h(w, r, rs)
 	})
-}
-
-// csrfOK checks the synchronizer token of a state-changing request: the
-// form field csrf or the X-CSRF-Token header. It answers 403 itself.
-func (u *UI) csrfOK(w http.ResponseWriter, r *http.Request, s *reqSession) bool {
-	got := r.Header.Get("X-CSRF-Token")
-	if got == "" {
-		if err := parseForm(r, u.opts.MaxFormBytes); err != nil {
-			u.formError(w, r, s, err)
-			return false
-		}
-		got = r.PostFormValue("csrf")
-	}
-	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf)) != 1 {
-		u.renderStatus(w, r, s, http.StatusForbidden, "Refused", "The form's CSRF token is missing or wrong: reload the page and try again.")
-		return false
-	}
-	return true
 }
 
 // sameOrigin refuses what a browser says came from another site: a

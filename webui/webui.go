@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"rackd/agent/api"
+	"rackd/internal/reqbody"
 	"rackd/power/queue"
 	"rackd/store"
 )
@@ -76,9 +77,10 @@ type Options struct {
 	Log     *slog.Logger
 	// Now replaces the clock (tests).
 	Now func() time.Time
-	// MaxFormBytes caps a form's body (default 4 MiB: a deploy's user-data
-	// upload of up to a MiB fits with room to spare).
-	MaxFormBytes int64
+	// Bodies is the budget of request bodies read at once, which the UI's
+	// forms share with the rest of the process (default: a gate of the
+	// UI's own).
+	Bodies *reqbody.Gate
 	// SessionLifetime caps a session (default 12 hours; a token that
 	// expires sooner ends it sooner).
 	SessionLifetime time.Duration
@@ -94,6 +96,7 @@ type UI struct {
 	hub      *Hub
 	mux      *http.ServeMux
 	now      func() time.Time
+	bodies   *reqbody.Gate
 
 	bufs sync.Pool
 }
@@ -113,8 +116,8 @@ func New(opts Options) (*UI, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.MaxFormBytes <= 0 {
-		opts.MaxFormBytes = 4 << 20
+	if opts.Bodies == nil {
+		opts.Bodies = reqbody.NewGate(0, 0)
 	}
 	if opts.SessionLifetime <= 0 {
 		opts.SessionLifetime = 12 * time.Hour
@@ -122,7 +125,7 @@ func New(opts Options) (*UI, error) {
 	if opts.Name == "" {
 		opts.Name = "rack"
 	}
-	u := &UI{opts: opts, log: opts.Log, now: opts.Now, sessions: newSessions(), hub: NewHub(64)}
+	u := &UI{opts: opts, log: opts.Log, now: opts.Now, sessions: newSessions(), hub: NewHub(64), bodies: opts.Bodies}
 	u.bufs.New = func() any { return new(bytes.Buffer) }
 	if err := u.parseTemplates(); err != nil {
 		return nil, err
@@ -173,7 +176,7 @@ func (u *UI) routes() {
 	m.Handle("GET /machines", u.authed(u.machinesPage))
 	m.Handle("POST /machines/bulk", u.authed(u.bulk))
 	m.Handle("GET /machines/{id}", u.authed(u.machinePage))
-	m.Handle("POST /machines/{id}/action", u.authed(u.machineAction))
+	m.Handle("POST /machines/{id}/action", u.authedForm(actionFormBytes, u.machineAction))
 	m.Handle("POST /machines/{id}/power", u.authed(u.machinePower))
 	m.Handle("POST /machines/{id}/allocate", u.authed(u.machineAllocate))
 	m.Handle("POST /machines/{id}/ips", u.authed(u.machineAssignIP))

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -26,6 +28,7 @@ import (
 	"rackd/agent/api"
 	"rackd/power/powertest"
 	"rackd/store"
+	"rackd/store/storetest"
 )
 
 // The tests run [power.fake]; the shipped binary has no fake driver.
@@ -188,9 +191,29 @@ func (b *browser) post(path string, form url.Values) page {
 	if _, ok := form["csrf"]; !ok {
 		form.Set("csrf", b.csrf)
 	}
-	req, _ := http.NewRequest("POST", b.base+path, strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest("POST", b.base+path, strings.NewReader(formBody(form)))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	return b.do(req)
+}
+
+// formBody encodes a form as a browser sends the UI's: the csrf field
+// first (every form has it first), the others after.
+func formBody(form url.Values) string {
+	rest := url.Values{}
+	for k, v := range form {
+		if k != "csrf" {
+			rest[k] = v
+		}
+	}
+	csrf, ok := form["csrf"]
+	if !ok {
+		return rest.Encode()
+	}
+	first := url.Values{"csrf": csrf}.Encode()
+	if len(rest) == 0 {
+		return first
+	}
+	return first + "&" + rest.Encode()
 }
 
 // follow gets where a redirect points.
@@ -363,6 +386,34 @@ func checkPage(t *testing.T, path string, p page) {
 	for _, b := range findAll(p.doc, func(n *html.Node) bool { return n.Data == "button" }) {
 		if strings.TrimSpace(text(b)) == "" {
 			t.Errorf("%s: a button without visible text", path)
+		}
+	}
+	// Every form that posts sends csrf first (the server reads the
+	// anti-forgery value from the first field, before the rest): the
+	// first named control in tree order whose form owner it is.
+	byID := map[string]*html.Node{}
+	for _, f := range findAll(p.doc, func(n *html.Node) bool { return n.Data == "form" }) {
+		if id := attrOf(f, "id"); id != "" {
+			byID[id] = f
+		}
+	}
+	first := map[*html.Node]string{}
+	for _, c := range findAll(p.doc, func(n *html.Node) bool {
+		return (n.Data == "input" || n.Data == "select" || n.Data == "textarea" || n.Data == "button") && attrOf(n, "name") != ""
+	}) {
+		owner := byID[attrOf(c, "form")]
+		for a := c.Parent; owner == nil && a != nil; a = a.Parent {
+			if a.Type == html.ElementNode && a.Data == "form" {
+				owner = a
+			}
+		}
+		if _, seen := first[owner]; owner != nil && !seen {
+			first[owner] = attrOf(c, "name")
+		}
+	}
+	for f, name := range first {
+		if strings.EqualFold(attrOf(f, "method"), "post") && name != "csrf" {
+			t.Errorf("%s: the form posting to %s sends %q first, not csrf", path, attrOf(f, "action"), name)
 		}
 	}
 }
@@ -556,9 +607,10 @@ func TestCSRF(t *testing.T) {
 		"wrong":               {csrf: ptr("x" + strings.Repeat("A", 42)), want: http.StatusForbidden},
 		"right, cross-site":   {header: map[string]string{"Sec-Fetch-Site": "cross-site"}, want: http.StatusForbidden},
 		"right, other origin": {header: map[string]string{"Origin": "http://evil.example"}, want: http.StatusForbidden},
+		"right, not first":    {want: http.StatusForbidden},
 		"right":               {want: http.StatusSeeOther, changed: true},
 	}
-	for _, name := range []string{"missing", "wrong", "right, cross-site", "right, other origin", "right"} {
+	for _, name := range []string{"missing", "wrong", "right, cross-site", "right, other origin", "right, not first", "right"} {
 		tc := tests[name]
 		t.Run(name, func(t *testing.T) {
 			form := url.Values{"action": {"mark-broken"}, "reason": {name}}
@@ -567,7 +619,13 @@ func TestCSRF(t *testing.T) {
 			} else {
 				form.Set("csrf", b.csrf)
 			}
-			req, _ := http.NewRequest("POST", rg.url+"/machines/"+m.ID+"/action", strings.NewReader(form.Encode()))
+			body := formBody(form)
+			if name == "right, not first" {
+				// The value is read from the first field only: after
+				// another, it is not looked for.
+				body = form.Encode()
+			}
+			req, _ := http.NewRequest("POST", rg.url+"/machines/"+m.ID+"/action", strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			for k, v := range tc.header {
 				req.Header.Set(k, v)
@@ -741,6 +799,82 @@ func TestLargeFormRefused(t *testing.T) {
 	}
 	if p := b.get("/machines"); p.status != http.StatusOK {
 		t.Errorf("the UI after the big form: %d", p.status)
+	}
+}
+
+// The deploy form uploads user-data as a file (multipart, read part by
+// part): exactly api.MaxUserData bytes reach the deployment; one byte more
+// is the API's refusal, shown on the page; a form with its csrf after
+// another field is refused before the file is read.
+func TestDeployFormUploadsUserData(t *testing.T) {
+	rg := start(t)
+	storetest.DeployImages(t, rg.Store(), "amd64", "debian")
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	multipartForm := func(fields [][2]string, file []byte) (string, *bytes.Buffer) {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		for _, f := range fields {
+			mw.WriteField(f[0], f[1])
+		}
+		fw, _ := mw.CreateFormFile("user_data", "user-data.yaml")
+		fw.Write(file)
+		mw.Close()
+		return mw.FormDataContentType(), &body
+	}
+	userData := func(n int) []byte {
+		d := append([]byte("#cloud-config\n"), bytes.Repeat([]byte("#"), n)...)
+		return d[:n]
+	}
+	for i, tc := range []struct {
+		name   string
+		csrf   bool // csrf first
+		size   int
+		status int
+		deploy bool
+	}{
+		{"exactly the largest user-data", true, api.MaxUserData, http.StatusSeeOther, true},
+		{"a byte more", true, api.MaxUserData + 1, http.StatusSeeOther, false},
+		{"csrf not first", false, 100, http.StatusForbidden, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			host := fmt.Sprintf("d%d", i)
+			m := rg.addMachine(t, api.CreateMachine{Hostname: host, Arch: "amd64", MACs: []string{fmt.Sprintf("52:54:00:00:0d:%02x", i)}, State: "READY"})
+			if st := rg.api(t, rg.admin, "POST", "/api/v1/allocations", api.AllocateRequest{Name: host}, nil); st != http.StatusCreated {
+				t.Fatalf("allocate: %d", st)
+			}
+			fields := [][2]string{{"csrf", b.csrf}, {"action", "deploy"}, {"image", "debian"}}
+			if !tc.csrf {
+				fields[0], fields[1] = fields[1], fields[0]
+			}
+			data := userData(tc.size)
+			ct, body := multipartForm(fields, data)
+			req, _ := http.NewRequest("POST", rg.url+"/machines/"+m.ID+"/action", body)
+			req.Header.Set("Content-Type", ct)
+			p := b.do(req)
+			if p.status != tc.status {
+				t.Fatalf("got %d, want %d: %.300s", p.status, tc.status, p.body)
+			}
+			var got api.Machine
+			rg.api(t, rg.admin, "GET", "/api/v1/machines/"+m.ID, nil, &got)
+			if (got.State == "DEPLOYING") != tc.deploy {
+				t.Fatalf("the machine is %s", got.State)
+			}
+			if tc.deploy {
+				var ud api.UserData
+				if st := rg.api(t, rg.admin, "GET", "/api/v1/machines/"+m.ID+"/user-data", nil, &ud); st != http.StatusOK {
+					t.Fatalf("user-data: %d", st)
+				}
+				if raw, _ := base64.StdEncoding.DecodeString(ud.UserData); !bytes.Equal(raw, data) {
+					t.Errorf("the deployment's user-data is %d bytes, not the %d uploaded", len(raw), len(data))
+				}
+			}
+			if tc.status == http.StatusSeeOther && !tc.deploy {
+				if a := alerts(b.follow(p)); len(a) == 0 || !strings.Contains(strings.Join(a, " "), "at most") {
+					t.Errorf("the refusal is not shown: %q", a)
+				}
+			}
+		})
 	}
 }
 
