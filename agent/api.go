@@ -516,9 +516,12 @@ func (a *Agent) listMachines(w http.ResponseWriter, r *http.Request, who store.A
 		a.internalError(w, r, err)
 		return
 	}
-	out := make([]api.Machine, len(ms))
-	for i, m := range ms {
-		out[i] = a.machineViewFor(m, who)
+	out := make([]api.Machine, 0, len(ms))
+	for _, m := range ms {
+		// Another user's held machine is not listed (store.MayView).
+		if store.MayView(who, m, m.ID) == nil {
+			out = append(out, a.machineViewFor(m, who))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -544,6 +547,9 @@ func (a *Agent) createMachineHandler(w http.ResponseWriter, r *http.Request, who
 
 func (a *Agent) getMachine(w http.ResponseWriter, r *http.Request, who store.Actor) {
 	m, err := a.store.Machine(r.PathValue("id"))
+	if err == nil {
+		err = store.MayView(who, m, r.PathValue("id"))
+	}
 	if err != nil {
 		a.storeError(w, r, err)
 		return
@@ -560,6 +566,12 @@ func (a *Agent) machineEvents(w http.ResponseWriter, r *http.Request, who store.
 			return
 		}
 		limit = n
+	}
+	if m, err := a.store.Machine(r.PathValue("id")); err == nil {
+		if err := store.MayView(who, m, r.PathValue("id")); err != nil {
+			a.storeError(w, r, err)
+			return
+		}
 	}
 	evs, err := a.store.Events(r.PathValue("id"), limit)
 	if err != nil {

@@ -65,3 +65,41 @@ func TestTokenAsMAASKey(t *testing.T) {
 		t.Fatalf("whoami with a revoked token's key: %d %s, want 401", status, body)
 	}
 }
+
+// TestMachineVisibility: both APIs apply one rule: another user's held
+// machine does not exist for a user; an unowned one is seen by all. And
+// releasing what one just released is the lifecycle's 409, never a 403.
+func TestMachineVisibility(t *testing.T) {
+	ta := startAgent(t)
+	alice := ta.addUser(t, "alice", false)
+	bob := ta.addUser(t, "bob", false)
+	held := ta.addMachine(t, api.CreateMachine{Hostname: "held", MACs: []string{"52:54:00:00:00:01"}, State: "READY"})
+	free := ta.addMachine(t, api.CreateMachine{Hostname: "free", MACs: []string{"52:54:00:00:00:02"}, State: "READY"})
+	if status, raw := ta.call(t, alice, "POST", "/api/v1/allocations", api.AllocateRequest{Name: "held", AgentName: "u"}, nil); status != 201 {
+		t.Fatalf("allocate: %d %s", status, raw)
+	}
+	var list []api.Machine
+	ta.call(t, bob, "GET", "/api/v1/machines", nil, &list)
+	if len(list) != 1 || list[0].ID != free.ID {
+		t.Errorf("bob lists %+v, want only the free machine", list)
+	}
+	for _, path := range []string{"/api/v1/machines/" + held.ID, "/api/v1/machines/held", "/api/v1/machines/" + held.ID + "/events"} {
+		status, raw := ta.call(t, bob, "GET", path, nil, nil)
+		wantError(t, status, raw, 404, api.CodeNotFound)
+		if strings.Contains(string(raw), "alice") {
+			t.Errorf("%s tells bob the holder: %s", path, raw)
+		}
+	}
+	if status, raw := ta.call(t, bob, "GET", "/api/v1/machines/"+free.ID, nil, nil); status != 200 {
+		t.Errorf("bob reads the free machine: %d %s", status, raw)
+	}
+	ta.call(t, alice, "GET", "/api/v1/machines", nil, &list)
+	if len(list) != 2 {
+		t.Errorf("alice lists %d machines, want 2", len(list))
+	}
+	if status, raw := ta.call(t, alice, "POST", "/api/v1/machines/held/release", nil, nil); status != 200 {
+		t.Fatalf("release: %d %s", status, raw)
+	}
+	status, raw := ta.call(t, alice, "POST", "/api/v1/machines/held/release", nil, nil)
+	wantError(t, status, raw, 409, api.CodeInvalidTransition)
+}

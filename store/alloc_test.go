@@ -371,9 +371,12 @@ func TestReleaseFlow(t *testing.T) {
 	wantCode(t, err, store.CodeNoAvailableMachine)
 	_, err = s.Allocate(t.Context(), bob, store.AllocateRequest{})
 	wantCode(t, err, store.CodeNoAvailableMachine)
-	// Nor releasing it twice, nor by its former owner.
+	// Nor releasing it twice, by its former owner (refused by the
+	// lifecycle, 409, never as a matter of rights) or anyone.
 	_, err = s.Release(t.Context(), alice, "web1", "")
-	wantCode(t, err, store.CodeForbidden)
+	wantCode(t, err, store.CodeInvalidTransition)
+	_, err = s.Release(t.Context(), bob, "web1", "")
+	wantCode(t, err, store.CodeInvalidTransition)
 	_, err = s.Release(t.Context(), admin, "web1", "")
 	wantCode(t, err, store.CodeInvalidTransition)
 

@@ -497,3 +497,33 @@ func TestAdoptDeployment(t *testing.T) {
 	_, err := s.UserData(alice, "a1")
 	wantCode(t, err, store.CodeForbidden)
 }
+
+// TestReleaseWhileDeploying: a deployment released before it ends (a
+// cancelled bootstrap) loses its credentials and its user-data, and the
+// machine is powered off, as a release from DEPLOYED.
+func TestReleaseWhileDeploying(t *testing.T) {
+	ctx := context.Background()
+	s := storetest.New(t)
+	owner := withUser(t, s, "carol")
+	m := create(t, s, store.NewMachine{Hostname: "web1", State: store.StateReady, Power: store.PowerParams{Driver: "fake", Address: "bmc1"}})
+	allocate(t, s, owner, "web1", "juju")
+	m = deploy(t, s, owner, "web1", store.DeployRequest{UserData: []byte("#cloud-config\n")})
+	if m.State != store.StateDeploying || m.Credential == nil {
+		t.Fatalf("deploying: %s credential %v", m.State, m.Credential)
+	}
+	phase := s.PhaseToken(m)
+	m, err := s.Release(ctx, owner, "web1", "bootstrap cancelled")
+	if err != nil || m.State != store.StateReleasing || m.Credential != nil || m.Owner != "" {
+		t.Fatalf("release while deploying: %s credential %v owner %q, %v", m.State, m.Credential, m.Owner, err)
+	}
+	if _, err := s.UserData(admin, m.ID); store.CodeOf(err) != store.CodeNotFound {
+		t.Errorf("user-data after the release: %v, want gone", err)
+	}
+	if _, err := s.Seed(ctx, phase); err == nil {
+		t.Errorf("the deploy credential still opens the seed after the release")
+	}
+	open, err := s.OpenPowerRequests(m.ID)
+	if err != nil || len(open) == 0 || open[len(open)-1].Action != store.PowerOff {
+		t.Errorf("power requests after the release: %+v %v, want an off queued", open, err)
+	}
+}

@@ -90,8 +90,11 @@ var transitions = map[Action]struct {
 	ActionDeploy:           {[]State{StateAllocated, StateFailedDeployment}, StateDeploying},
 	ActionDeploymentDone:   {[]State{StateDeploying}, StateDeployed},
 	ActionDeploymentFailed: {[]State{StateDeploying}, StateFailedDeployment},
-	ActionRelease:          {[]State{StateAllocated, StateDeployed, StateFailedDeployment}, StateReleasing},
-	ActionReleaseDone:      {[]State{StateReleasing}, StateReady},
+	// A deployment may be released before it ends (a cancelled bootstrap,
+	// a destroy mid-deploy): its credentials die and the machine is
+	// powered off, as from DEPLOYED.
+	ActionRelease:     {[]State{StateAllocated, StateDeploying, StateDeployed, StateFailedDeployment}, StateReleasing},
+	ActionReleaseDone: {[]State{StateReleasing}, StateReady},
 	// Idle: nobody holds the machine and nothing is running on its behalf.
 	ActionRetire: {[]State{StateNew, StateReady, StateFailedCommissioning, StateBroken}, StateRetired},
 }
@@ -144,6 +147,14 @@ func MayAct(actor Actor, m Machine, action Action) error {
 	ownerMay := action == ActionDeploy || action == ActionRelease
 	if ownerMay && m.Owner != "" && m.Owner == actor.Name {
 		return nil
+	}
+	if action == ActionRelease && m.Owner == "" {
+		// A machine nobody holds (one its owner just released) has
+		// nothing to release: that is the lifecycle's answer, not a
+		// question of rights (clients take a 403 for a bad credential).
+		if _, err := Next(m.State, action, m.Commissioned); err != nil {
+			return withMachine(err, m)
+		}
 	}
 	if ownerMay {
 		return errorf(CodeForbidden, "machine %s is not yours: only its owner or an admin may %s it", m.Hostname, action)

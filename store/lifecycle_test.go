@@ -31,7 +31,7 @@ func TestLifecycleExhaustive(t *testing.T) {
 		ActionDeploy:              {A: D, FD: D},
 		ActionDeploymentDone:      {D: DD},
 		ActionDeploymentFailed:    {D: FD},
-		ActionRelease:             {A: REL, DD: REL, FD: REL},
+		ActionRelease:             {A: REL, D: REL, DD: REL, FD: REL},
 		ActionReleaseDone:         {REL: R},
 		ActionMarkBroken:          {N: B, C: B, FC: B, R: B, A: B, D: B, DD: B, FD: B, REL: B, RET: B},
 		ActionMarkFixed:           {B: R},
