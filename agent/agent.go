@@ -247,7 +247,7 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	}
 	a.maas, err = maasapi.New(a.store, maasOps{a}, maasapi.Options{Log: a.log.With("api", "maas"),
 		MaxBodyBytes: cfg.API.MaxBodyBytes, Version: Version,
-		Unavailable: func(err error) bool { return a.etcd != nil && etcdUnavailable(err) }})
+		Unavailable: func(err error) bool { return a.etcd != nil && etcdUnavailable(err) }, Bodies: a.bodies})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"mime/multipart"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"rackd/internal/reqbody"
 	"rackd/store"
 )
 
@@ -51,6 +53,9 @@ type Options struct {
 	// to answer in time (answered 503, not 500); nil: store.ErrUnavailable
 	// only.
 	Unavailable func(error) bool
+	// Bodies is the budget of request bodies read at once, shared with
+	// the rest of the process (nil: a gate of the server's own).
+	Bodies *reqbody.Gate
 }
 
 // Server serves MAAS's API 2.0. It is an http.Handler for Prefix and
@@ -72,6 +77,9 @@ func New(st *store.Store, ops Ops, o Options) (*Server, error) {
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = 1 << 20
+	}
+	if o.Bodies == nil {
+		o.Bodies = reqbody.NewGate(0, 0)
 	}
 	s := &Server{store: st, ops: ops, log: o.Log, opts: o, routes: routes(), mux: http.NewServeMux()}
 	groups := map[string]*group{}
@@ -155,7 +163,34 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *group) {
 	if rt != nil {
 		limit = s.bodyLimit(rt)
 	}
+	// The body is read whole first, under the route's bound and within
+	// the budget of bodies read at once, into pooled chunks: a body over
+	// the bound is refused before it is parsed, and makes no garbage. The
+	// budget is given back once the form is decoded (its values and files
+	// are copies).
+	done := func() {}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodDelete {
+		var body *reqbody.Body
+		if body, done, err = s.opts.Bodies.Read(w, r, limit); err == nil {
+			r.Body = io.NopCloser(body.Reader())
+		}
+	}
+	if err != nil {
+		done()
+		if n, ok := reqbody.TooLarge(err); ok {
+			writeText(w, http.StatusRequestEntityTooLarge, errBodyTooLarge{n}.Error())
+			return
+		}
+		if errors.Is(err, reqbody.ErrBusy) {
+			w.Header().Set("Retry-After", "1")
+			writeText(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		writeText(w, http.StatusBadRequest, "the request body could not be read: "+err.Error())
+		return
+	}
 	f, err := readForm(r, limit)
+	done()
 	defer f.cleanup()
 	if err != nil {
 		var tl errBodyTooLarge

@@ -13,6 +13,7 @@
 package reqbody
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -135,6 +136,16 @@ func (b *Body) Bytes() []byte {
 		b.flat = append(b.flat, c[:min(chunkSize, b.n-i*chunkSize)]...)
 	}
 	return b.flat
+}
+
+// Reader reads the body's bytes from its chunks (no copy); valid until
+// Free.
+func (b *Body) Reader() io.Reader {
+	rs := make([]io.Reader, 0, len(b.chunks))
+	for i, c := range b.chunks {
+		rs = append(rs, bytes.NewReader(c[:min(chunkSize, b.n-i*chunkSize)]))
+	}
+	return io.MultiReader(rs...)
 }
 
 // Free gives the body's chunks back to the pool; Bytes must not be used

@@ -179,7 +179,7 @@ func uiSession(t *testing.T, base, token string) (session, csrf, login string) {
 
 // TestOversizedBodiesBoundMemory sends, to every kind of route that reads a
 // body (web UI forms, multipart and urlencoded; the login; the API's JSON;
-// the public metadata), 16 bodies of 10 MB at once, half with a declared
+// MAAS's API, its forms and a file upload; the public metadata), 16 bodies of 10 MB at once, half with a declared
 // length and half chunked, and checks that the real binary refuses each
 // (413, or 400 for a form it cannot read) while its peak RSS grows by less
 // than 32 MiB over all of them.
@@ -200,6 +200,15 @@ func TestOversizedBodiesBoundMemory(t *testing.T) {
 		t.Fatalf("create: %d %s %v", st, raw, err)
 	}
 	session, csrf, login := uiSession(t, d.url, token)
+	// MAAS's API signs with the key of a rackd token (OAuth PLAINTEXT).
+	var tk api.Token
+	if st, raw, err := d.api(client, token, "POST", "/api/v1/tokens", api.CreateToken{Name: "maas"}, &tk); err != nil || st != http.StatusCreated {
+		t.Fatalf("token: %d %s %v", st, raw, err)
+	}
+	maas := func(ct string) http.Header {
+		return http.Header{"Content-Type": {ct}, "Authorization": {fmt.Sprintf(`OAuth oauth_version="1.0", oauth_signature_method="PLAINTEXT", `+
+			`oauth_consumer_key="%s", oauth_token="%s", oauth_signature="&%s", oauth_nonce="n", oauth_timestamp="1"`, tk.User, tk.ID, tk.Token)}}
+	}
 	u, _ := url.Parse(d.url)
 
 	ui := func(ct string) http.Header {
@@ -237,6 +246,14 @@ func TestOversizedBodiesBoundMemory(t *testing.T) {
 			prefix: `{"name":"`, fill: 'a', suffix: `"}`},
 		{name: "api ssh key", method: "POST", path: "/api/v1/users/admin/ssh-keys", header: bearer,
 			prefix: `{"key":"ssh-ed25519 `, fill: 'A', suffix: `"}`},
+		{name: "maas allocate urlencoded", method: "POST", path: "/MAAS/api/2.0/machines/?op=allocate",
+			header: maas("application/x-www-form-urlencoded"), prefix: "name=", fill: 'a'},
+		{name: "maas allocate multipart", method: "POST", path: "/MAAS/api/2.0/machines/?op=allocate", header: maas(mp),
+			prefix: "--" + boundary + "\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\n", fill: 'a', suffix: "\r\n--" + boundary + "--\r\n"},
+		{name: "maas file upload", method: "POST", path: "/MAAS/api/2.0/files/?op=add", header: maas(mp),
+			prefix: mpField("filename", "big") + "--" + boundary +
+				"\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big\"\r\nContent-Type: application/octet-stream\r\n\r\n",
+			fill: 'a', suffix: "\r\n--" + boundary + "--\r\n"},
 		{name: "metadata enlist", method: "POST", path: "/metadata/v1/enlist",
 			header: http.Header{"Content-Type": {"application/json"}}, prefix: `{"arch":"`, fill: 'a', suffix: `"}`},
 	}
@@ -280,13 +297,15 @@ func TestOversizedBodiesBoundMemory(t *testing.T) {
 		for _, err := range errs {
 			t.Errorf("%s: %v", tg.name, err)
 		}
+		counts := map[int]int{}
 		for _, st := range statuses {
+			counts[st]++
 			if st != http.StatusRequestEntityTooLarge && st != http.StatusBadRequest {
 				t.Errorf("%s: a 10 MB body answered %d, want 413 (or 400)", tg.name, st)
 			}
 		}
 		now := vmHWM(t, pid)
-		t.Logf("%-28s peak RSS %6.1f MiB (+%.1f)", tg.name, float64(now)/(1<<20), float64(now-last)/(1<<20))
+		t.Logf("%-28s peak RSS %6.1f MiB (+%.1f), answers %v", tg.name, float64(now)/(1<<20), float64(now-last)/(1<<20), counts)
 		last = now
 	}
 	rise := last - before
