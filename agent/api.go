@@ -394,7 +394,9 @@ func (a *Agent) readBody(w http.ResponseWriter, r *http.Request, limit int64) (b
 func (a *Agent) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
 	limit := a.bodyCap(r.Pattern)
 	if limit <= 0 {
-		limit = a.cfg.API.MaxBodyBytes
+		// A route that streams its body otherwise (an appliance
+		// update) takes a short JSON object too.
+		limit = min(jsonBodyBytes, a.cfg.API.MaxBodyBytes)
 	}
 	return a.decodeBodyLimit(w, r, v, optional, limit)
 }
