@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,9 @@ const imagePrefix = "images/"
 func imageView(im store.Image) api.Image {
 	out := api.Image{Name: im.Name, Arch: im.Arch, Purpose: im.Purpose, Cmdline: im.Cmdline, Created: im.Created,
 		Files: make([]api.ImageFile, len(im.Files))}
+	if im.Purpose == store.PurposeDeploy {
+		out.OS, out.Series = store.ImageOSSeries(im)
+	}
 	for i, f := range im.Files {
 		out.Files[i] = api.ImageFile{Path: f.Path, Role: f.Role, SHA256: f.SHA256, Size: f.Size,
 			Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256, Chunks: f.Chunks}
@@ -70,6 +74,9 @@ func (a *Agent) importImage(w http.ResponseWriter, r *http.Request, who store.Ac
 	case (req.Name != "" || req.Arch != "") && req.SHA256 == "" && req.Checksums == "":
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "name and arch belong to a cloud image URL, given with sha256 or checksums (a manifest names its image)")
 		return
+	case images.CheckOSSeries(req.OS, req.Series) != nil:
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, images.CheckOSSeries(req.OS, req.Series).Error())
+		return
 	case req.Dir != "" && (req.SHA256 != "" || req.Checksums != ""):
 		writeError(w, http.StatusBadRequest, api.CodeBadRequest, "sha256 and checksums belong to a cloud image URL, not a directory (its manifest lists the digests)")
 		return
@@ -79,7 +86,7 @@ func (a *Agent) importImage(w http.ResponseWriter, r *http.Request, who store.Ac
 		src, err = images.OpenDir(req.Dir)
 	case req.SHA256 != "" || req.Checksums != "":
 		src, err = images.OpenCloudImage(images.CloudImage{URL: req.URL, SHA256: req.SHA256, Checksums: req.Checksums,
-			Name: req.Name, Arch: req.Arch}, images.URLOptions{})
+			Name: req.Name, Arch: req.Arch, OS: req.OS, Series: req.Series}, images.URLOptions{})
 	default:
 		src, err = images.OpenURL(req.URL, images.URLOptions{})
 	}
@@ -88,7 +95,7 @@ func (a *Agent) importImage(w http.ResponseWriter, r *http.Request, who store.Ac
 		return
 	}
 	j, err := a.imports.Start(src, who.Name, func(ctx context.Context, j *importJob, src images.Source) (api.Image, error) {
-		return a.runImport(ctx, j, src, who)
+		return a.runImport(ctx, j, src, who, req.OS, req.Series)
 	})
 	if err != nil {
 		src.Close()
@@ -125,11 +132,16 @@ var errClientGone = errors.New("the client went away")
 // recorded, so a delete that runs meanwhile cannot remove a blob this
 // import is about to reference; only recording (and deleting) holds
 // imagesMu, so a long download blocks nobody.
-func (a *Agent) runImport(ctx context.Context, j *importJob, src images.Source, who store.Actor) (api.Image, error) {
+func (a *Agent) runImport(ctx context.Context, j *importJob, src images.Source, who store.Actor, os, series string) (api.Image, error) {
 	res, err := images.Import(ctx, a.images, src, images.ImportOptions{
 		InUse: a.store.ImageBlobInUse,
 		// Refuse before downloading what no boot config could carry.
-		Check:    func(m *images.Manifest) error { return bootconf.CheckArgs(m.Args()) },
+		Check: func(m *images.Manifest) error {
+			if (os != "" || series != "") && m.Purpose != images.PurposeDeploy {
+				return fmt.Errorf("os and series name a deploy image, and %s is a %s image", m.Name, m.Purpose)
+			}
+			return bootconf.CheckArgs(m.Args())
+		},
 		Progress: j.Progress,
 	})
 	if err != nil {
@@ -137,7 +149,9 @@ func (a *Agent) runImport(ctx context.Context, j *importJob, src images.Source, 
 	}
 	defer res.Release()
 	m := res.Manifest
-	im := store.Image{Name: m.Name, Arch: m.Arch, Purpose: m.Purpose, Cmdline: m.Cmdline}
+	// The request's os and series win over the manifest's.
+	im := store.Image{Name: m.Name, Arch: m.Arch, Purpose: m.Purpose, Cmdline: m.Cmdline,
+		OS: cmp.Or(os, m.OS), Series: cmp.Or(series, m.Series)}
 	for _, f := range res.Files {
 		im.Files = append(im.Files, store.ImageFile{Path: f.Path, Role: f.Role, SHA256: f.SHA256, Size: f.Size,
 			Format: f.Format, RawSize: f.RawSize, RawSHA256: f.RawSHA256, Chunks: f.Chunks})

@@ -139,3 +139,25 @@ func TestImagesImportAndBoot(t *testing.T) {
 		t.Fatalf("enlist config after delete: %d\n%s", code, script)
 	}
 }
+
+// TestImageOSSeries: a deploy image's os and series come from the import
+// request, else its manifest, else its name; MAAS's API deploys by them.
+func TestImageOSSeries(t *testing.T) {
+	ta := startAgent(t)
+	k, i := []byte("kernel"), []byte("initrd")
+	var im api.Image
+	if code, raw := ta.call(t, ta.admin, "POST", "/api/v1/images/import",
+		api.ImportImage{Dir: writeImageDir(t, "noble-server-cloudimg-amd64", "deploy", k, i, false)}, &im); code != 201 || im.OS != "ubuntu" || im.Series != "noble" {
+		t.Fatalf("import by name: %d %s", code, raw)
+	}
+	if code, raw := ta.call(t, ta.admin, "POST", "/api/v1/images/import",
+		api.ImportImage{Dir: writeImageDir(t, "golden", "deploy", k, i, false), OS: "ubuntu", Series: "jammy"}, &im); code != 201 || im.OS != "ubuntu" || im.Series != "jammy" {
+		t.Fatalf("import with os and series: %d %s", code, raw)
+	}
+	code, raw := ta.call(t, ta.admin, "POST", "/api/v1/images/import",
+		api.ImportImage{Dir: writeImageDir(t, "commission", "commission", k, i, false), OS: "ubuntu"}, nil)
+	wantError(t, code, raw, 400, api.CodeBadRequest)
+	code, raw = ta.call(t, ta.admin, "POST", "/api/v1/images/import",
+		api.ImportImage{Dir: writeImageDir(t, "x", "deploy", k, i, false), Series: "Bad Series"}, nil)
+	wantError(t, code, raw, 400, api.CodeBadRequest)
+}

@@ -31,6 +31,9 @@ type CloudImage struct {
 	Name string
 	// Arch is the image's architecture; empty means amd64.
 	Arch string
+	// OS and Series name the image as MAAS's clients ask for it
+	// (optional; see Manifest).
+	OS, Series string
 }
 
 // checkHTTPURL parses raw as an http or https URL with a host and no
@@ -213,7 +216,7 @@ func (c *cloudSource) Manifest(ctx context.Context) ([]byte, error) {
 	if err != nil || checkPath(diskPath) != nil {
 		diskPath = "disk.img"
 	}
-	m := Manifest{Name: c.ci.Name, Arch: c.ci.Arch, Purpose: PurposeDeploy, Files: []File{{
+	m := Manifest{Name: c.ci.Name, Arch: c.ci.Arch, Purpose: PurposeDeploy, OS: c.ci.OS, Series: c.ci.Series, Files: []File{{
 		Path: diskPath, Role: RoleDisk, SHA256: sums[AlgoSHA256], SHA512: sums[AlgoSHA512], Size: resp.ContentLength}}}
 	return json.Marshal(m)
 }

@@ -52,7 +52,12 @@ type Manifest struct {
 	// Cmdline is the image's own kernel arguments, space-separated
 	// (optional). rackd appends them to its own when it boots the image.
 	Cmdline string `json:"cmdline,omitempty"`
-	Files   []File `json:"files"`
+	// OS and Series name a deploy image as MAAS's clients ask for one
+	// (osystem "ubuntu", distro_series "noble"); optional: without them
+	// rackd reads them from the image's name (store.ImageOSSeries).
+	OS     string `json:"os,omitempty"`
+	Series string `json:"series,omitempty"`
+	Files  []File `json:"files"`
 }
 
 // Args returns the kernel arguments of Cmdline, one word each.
@@ -113,6 +118,12 @@ func (m *Manifest) Validate() error {
 	case PurposeEnlist, PurposeCommission, PurposeDeploy, PurposeBootloader:
 	default:
 		return fmt.Errorf("images: manifest: purpose %q: want enlist, commission, deploy or bootloader", m.Purpose)
+	}
+	if err := CheckOSSeries(m.OS, m.Series); err != nil {
+		return fmt.Errorf("images: manifest: %w", err)
+	}
+	if (m.OS != "" || m.Series != "") && m.Purpose != PurposeDeploy {
+		return fmt.Errorf("images: manifest: os and series name a deploy image, not a %s one", m.Purpose)
 	}
 	if err := CheckCmdline(m.Cmdline); err != nil {
 		return fmt.Errorf("images: manifest: %w", err)
@@ -187,6 +198,27 @@ func (f File) checkDisk() error {
 }
 
 // checkName accepts 1..64 characters of [A-Za-z0-9._+-], not starting with '.'.
+// CheckOSSeries checks a deploy image's os and series (either may be
+// empty): 1-64 of lower-case letters, digits and . _ -, a letter or digit
+// first.
+func CheckOSSeries(os, series string) error {
+	for _, f := range [][2]string{{"os", os}, {"series", series}} {
+		v := f[1]
+		if v == "" {
+			continue
+		}
+		ok := len(v) <= 64 && (v[0] >= 'a' && v[0] <= 'z' || v[0] >= '0' && v[0] <= '9')
+		for i := 0; ok && i < len(v); i++ {
+			c := v[i]
+			ok = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		}
+		if !ok {
+			return fmt.Errorf("%s %q: want 1-64 of lower-case letters, digits and . _ - (a letter or digit first)", f[0], v)
+		}
+	}
+	return nil
+}
+
 func checkName(field, s string) error {
 	if s == "" || len(s) > 64 || s[0] == '.' {
 		return fmt.Errorf("images: manifest: %s %q: want 1-64 characters of [A-Za-z0-9._+-]", field, s)

@@ -469,7 +469,11 @@ type Image struct {
 	Purpose string `json:"purpose"`
 	// Cmdline is the image's own kernel arguments, rendered after
 	// rackd's in the boot configs (empty: none).
-	Cmdline string      `json:"cmdline,omitempty"`
+	Cmdline string `json:"cmdline,omitempty"`
+	// OS and Series are how MAAS's API names a deploy image (osystem,
+	// distro_series): the image's own, or read from its name.
+	OS      string      `json:"os,omitempty"`
+	Series  string      `json:"series,omitempty"`
 	Files   []ImageFile `json:"files"`
 	Created time.Time   `json:"created,omitzero"`
 }
@@ -489,12 +493,16 @@ type Image struct {
 // image of it, named Name (default: from the file name) for Arch (default
 // amd64), after checking the download against that digest.
 type ImportImage struct {
-	Dir        string `json:"dir,omitempty"`
-	URL        string `json:"url,omitempty"`
-	SHA256     string `json:"sha256,omitempty"`
-	Checksums  string `json:"checksums,omitempty"`
-	Name       string `json:"name,omitempty"`
-	Arch       string `json:"arch,omitempty"`
+	Dir       string `json:"dir,omitempty"`
+	URL       string `json:"url,omitempty"`
+	SHA256    string `json:"sha256,omitempty"`
+	Checksums string `json:"checksums,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Arch      string `json:"arch,omitempty"`
+	// OS and Series name a deploy image for MAAS's API (osystem,
+	// distro_series), over what its manifest says (optional).
+	OS         string `json:"os,omitempty"`
+	Series     string `json:"series,omitempty"`
 	Background bool   `json:"background,omitempty"`
 }
 

@@ -43,7 +43,7 @@ func imagesImportVerb() *verb {
 	return &verb{
 		name:     "import",
 		args:     []string{"DIR|URL"},
-		synopsis: "[--sha256 HEX | --checksums URL] [--name N] [--arch A] [--detach]",
+		synopsis: "[--sha256 HEX | --checksums URL] [--name N] [--arch A] [--os OS --series S] [--detach]",
 		summary:  "import an image directory on the rackd host, or from an http(s) URL, or a cloud image (admin)",
 		help: `DIR holds rackd-image.json and the files it lists. The rackd server reads
 DIR, not this command: it must be a directory on the rackd host, readable by
@@ -73,6 +73,12 @@ Every file's size and sha256 are checked while it is written; on any
 mismatch, HTTP error, truncated download or cancel nothing is imported and
 nothing is left behind. An image of the same name and arch is replaced.
 
+--os and --series name a deploy image as MAAS's clients ask for one
+(osystem and distro_series: "ubuntu" and "noble"), over what its manifest
+says; without either, rackd reads them from the image's name (a cloud
+image's: "noble-server-cloudimg-amd64" is ubuntu/noble), else the image is
+MAAS's "custom" os with its name for series.
+
 The import runs on the server as a job; this command follows it, with a
 progress bar on a terminal and a progress line every 2 s otherwise, and
 prints the image when it is done. Ctrl-C cancels the import. With
@@ -84,8 +90,10 @@ prints the image when it is done. Ctrl-C cancels the import. With
 			sums := fs.String("checksums", "", "the `URL` of the vendor's SHA256SUMS or SHA512SUMS that names the cloud image")
 			name := fs.String("name", "", "the cloud image's name (default: from its file name)")
 			arch := fs.String("arch", "", "the cloud image's architecture (default amd64)")
+			osName := fs.String("os", "", "a deploy image's `OS` for MAAS's API (osystem: ubuntu, debian, custom)")
+			series := fs.String("series", "", "a deploy image's `SERIES` for MAAS's API (distro_series: noble, bookworm)")
 			return func(e *env, args []string) error {
-				req := api.ImportImage{SHA256: *sha, Checksums: *sums, Name: *name, Arch: *arch}
+				req := api.ImportImage{SHA256: *sha, Checksums: *sums, Name: *name, Arch: *arch, OS: *osName, Series: *series}
 				cloud := *sha != "" || *sums != ""
 				switch {
 				case *sha != "" && *sums != "":

@@ -161,7 +161,7 @@ func TestImagesUsage(t *testing.T) {
 	runUsageCases(t, map[string]usageCase{
 		"help lists the verbs": {args: []string{"help"}, stdout: []string{"images list", "images import DIR|URL", "images imports [ID]", "images rm NAME ARCH"}},
 		"import -h says the server reads DIR": {args: []string{"images", "import", "-h"},
-			stdout: []string{"Usage: rackd images import DIR|URL [--sha256 HEX | --checksums URL] [--name N] [--arch A] [--detach]", "on the rackd host", "progress bar", "SHA512SUMS", "qemu-img"}},
+			stdout: []string{"Usage: rackd images import DIR|URL [--sha256 HEX | --checksums URL] [--name N] [--arch A] [--os OS --series S] [--detach]", "on the rackd host", "progress bar", "SHA512SUMS", "qemu-img"}},
 		"import with both digests":    {args: []string{"images", "import", "--sha256", "x", "--checksums", "http://h/S", "http://h/x.img"}, code: 2, errContains: []string{"--sha256 and --checksums: give one"}},
 		"import of a cloud image dir": {args: []string{"images", "import", "--sha256", "x", "/srv/x"}, code: 2, errContains: []string{"a cloud image is imported from an http:// or https:// URL"}},
 		"import with a name only":     {args: []string{"images", "import", "--name", "x", "http://h/x.img"}, code: 2, errContains: []string{"--name and --arch name a cloud image"}},
