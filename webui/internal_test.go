@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"rackd/agent/api"
+	"rackd/internal/reqbody"
 	"rackd/power/queue"
 	"rackd/store"
 )
@@ -513,4 +514,90 @@ func TestMachineListReadsOnePage(t *testing.T) {
 			t.Errorf("%s: %d list reads, views of %v machines; want 1 read and one page (<= %d)", path, f.lists, f.viewed, PageSize)
 		}
 	}
+}
+
+// A form's body, whatever it holds, is read without a panic, under its
+// cap, and only when its first field is the anti-forgery value: then the
+// values are what the standard parsers read from it.
+func FuzzReadForm(f *testing.F) {
+	const want = "tok123"
+	const boundary = "b0undary"
+	mp := func(fields ...string) string {
+		var b strings.Builder
+		for i := 0; i+1 < len(fields); i += 2 {
+			fmt.Fprintf(&b, "--%s\r\nContent-Disposition: form-data; name=%q\r\n\r\n%s\r\n", boundary, fields[i], fields[i+1])
+		}
+		return b.String() + "--" + boundary + "--\r\n"
+	}
+	for _, seed := range []struct {
+		multipart, header bool
+		body              string
+	}{
+		{false, false, "csrf=tok123&action=deploy&reason=x"},
+		{false, false, "action=deploy&csrf=tok123"},
+		{false, false, "csrf=tok12&x=1"},
+		{false, false, "csrf=tok%31%323&a=%zz"},
+		{false, true, "a=1&b=2"},
+		{true, false, mp("csrf", want, "action", "deploy")},
+		{true, false, mp("action", "deploy", "csrf", want)},
+		{true, true, mp("a", "1")},
+		{true, false, "--b0undary\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\ntok123\r\n--b0undary\r\nContent-Disposition: form-data; name=\"f\"; filename=\"x\"\r\n\r\ndata\r\n--b0undary--\r\n"},
+	} {
+		f.Add(seed.multipart, seed.header, seed.body)
+	}
+	u := &UI{bodies: reqbody.NewGate(0, 0)}
+	f.Fuzz(func(t *testing.T, multipart, header bool, body string) {
+		const limit = 4096
+		r := httptest.NewRequest(http.MethodPost, "/x?q=1", strings.NewReader(body))
+		r.ContentLength = -1 // read as a chunked body: to the cap
+		ct := "application/x-www-form-urlencoded"
+		if multipart {
+			ct = "multipart/form-data; boundary=" + boundary
+		}
+		r.Header.Set("Content-Type", ct)
+		if header {
+			r.Header.Set("X-CSRF-Token", want)
+		}
+		files, err := u.readForm(httptest.NewRecorder(), r, limit, want)
+		if len(body) > limit && err == nil {
+			t.Fatalf("a %d-byte body was accepted under a %d cap", len(body), limit)
+		}
+		if err != nil {
+			return
+		}
+		if r.FormValue("q") != "1" {
+			t.Errorf("the query is lost: %v", r.Form)
+		}
+		if !header {
+			if got := r.PostForm["csrf"]; len(got) == 0 || got[0] != want {
+				t.Fatalf("accepted with csrf %q", got)
+			}
+		}
+		if !multipart {
+			vs, perr := url.ParseQuery(body)
+			if perr != nil {
+				t.Fatalf("accepted %q, which url.ParseQuery refuses: %v", body, perr)
+			}
+			for k, v := range vs {
+				if !slices.Equal(r.PostForm[k], v) {
+					t.Fatalf("field %q: %q, url.ParseQuery reads %q", k, r.PostForm[k], v)
+				}
+			}
+			if !header && !strings.HasPrefix(body, "csrf=") {
+				t.Fatalf("accepted %q: its first field is not csrf", body)
+			}
+		}
+		n := 0
+		for _, d := range files {
+			n += len(d)
+		}
+		for _, vs := range r.PostForm {
+			for _, v := range vs {
+				n += len(v)
+			}
+		}
+		if n > len(body) {
+			t.Fatalf("%d bytes of values and files from a %d-byte body", n, len(body))
+		}
+	})
 }
