@@ -72,6 +72,10 @@ func OpenEngine(e Engine, name string, opts Options) (*Store, error) {
 		}
 	}
 	go s.commitLoop()
+	if err := s.indexPowerHistory(context.Background()); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%s: index the power requests by machine: %w", name, err)
+	}
 	return s, nil
 }
 

@@ -1,9 +1,7 @@
 package store
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -259,7 +257,9 @@ func busy(m Machine) string {
 
 // DeleteMachine removes a machine in one transaction: its record and
 // indexes (hostname, MACs, system UUID), its sticky addresses and the leases
-// of its interfaces, its power status and power requests. Its events stay,
+// of its interfaces, its power status and power requests (on a shared
+// engine, all but a few of its finished requests go first, in
+// transactions of their own: trimPowerForDelete). Its events stay,
 // under its id, ending with a "delete" event: the history of a machine
 // outlives it. A machine that is allocated, deployed or in a phase is
 // refused with CodeConflict unless req.Force. Admins only.
@@ -269,6 +269,9 @@ func (s *Store) DeleteMachine(ctx context.Context, actor Actor, req DeleteReques
 	}
 	if len(req.Reason) > 1024 {
 		return Machine{}, errorf(CodeInvalid, "reason is too long (at most 1024 bytes)")
+	}
+	if err := s.trimPowerForDelete(ctx, req); err != nil {
+		return Machine{}, err
 	}
 	var m Machine
 	err := s.update(ctx, func(t *Tx) error {
@@ -337,48 +340,4 @@ func (t *Tx) deleteMachine(actor Actor, req DeleteRequest) (Machine, error) {
 		reason += ": " + req.Reason
 	}
 	return m, t.addEvent(Event{Machine: m.ID, Actor: actor.Name, Action: "delete", From: m.State, Reason: reason})
-}
-
-// deletePower removes a machine's power status and every power request of
-// it, open or not: a request names a machine that exists (Check), and the
-// queue finds nothing to do for one that is gone.
-func (t *Tx) deletePower(id string) error {
-	if err := t.del(bucketPowerState, []byte(id)); err != nil {
-		return err
-	}
-	prefix := append([]byte(id), 0)
-	var open [][]byte
-	c := t.tx.Bucket(bucketPowerOpen).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		open = append(open, bytes.Clone(k))
-	}
-	for _, k := range open {
-		if err := t.del(bucketPowerOpen, k); err != nil {
-			return err
-		}
-	}
-	// Requests are keyed by sequence, not by machine: a deletion is rare
-	// enough to read them all.
-	var mine [][]byte
-	err := t.tx.Bucket(bucketPowerRequests).ForEach(func(k, v []byte) error {
-		var r struct {
-			Machine string `json:"machine"`
-		}
-		if err := json.Unmarshal(v, &r); err != nil {
-			return fmt.Errorf("decode power request %x: %w", k, err)
-		}
-		if r.Machine == id {
-			mine = append(mine, bytes.Clone(k))
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, k := range mine {
-		if err := t.del(bucketPowerRequests, k); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -230,7 +230,10 @@ func (t *Tx) putPowerRequest(seq uint64, r PowerRequest) error {
 			return err
 		}
 	}
-	return t.put(bucketPowerRequests, powerKey(seq), r)
+	if err := t.put(bucketPowerRequests, powerKey(seq), r); err != nil {
+		return err
+	}
+	return t.recordPower(seq, r)
 }
 
 // powerStatus returns m's power status; a machine never touched by the
@@ -246,7 +249,9 @@ func (t *Tx) powerStatus(m Machine) (PowerStatus, error) {
 }
 
 // enqueuePower writes a new pending request and tells the queue. Its next
-// boot is NextBootFor's, whoever queues it.
+// boot is NextBootFor's, whoever queues it. A machine that has
+// MaxOpenPower open requests already has its oldest pending one
+// superseded by the new one (RequestPower refuses instead).
 func (t *Tx) enqueuePower(m Machine, action PowerAction, who, why string) (PowerRequest, error) {
 	seq, err := t.nextSeq(bucketPowerRequests)
 	if err != nil {
@@ -254,6 +259,9 @@ func (t *Tx) enqueuePower(m Machine, action PowerAction, who, why string) (Power
 	}
 	r := PowerRequest{ID: "pr-" + strconv.FormatUint(seq, 10), Machine: m.ID, Action: action,
 		NextBoot: NextBootFor(m, action).String(), Who: who, Why: why, State: PowerPending, Created: t.now}
+	if err := t.makeRoomForPower(m.ID, r.ID); err != nil {
+		return PowerRequest{}, err
+	}
 	if err := t.putPowerRequest(seq, r); err != nil {
 		return PowerRequest{}, err
 	}
@@ -350,6 +358,12 @@ func (s *Store) RequestPower(ctx context.Context, actor Actor, machine string, a
 			return errorf(CodeInvalid, "machine %s has no power driver: set one with rackd machines set %s --power-driver ipmi --power-address HOST --power-user USER",
 				m.Hostname, m.Hostname)
 		}
+		if h, err := t.powerHistoryOf(m.ID); err != nil {
+			return err
+		} else if len(h.Open) >= MaxOpenPower {
+			return errorf(CodeConflict, "machine %s already has %d power requests waiting, the most one may have: wait for them (rackd power status %s shows them) and ask again",
+				m.Hostname, len(h.Open), m.Hostname)
+		}
 		if final := action.Final(); final != power.StateUnknown {
 			ps, err := t.powerStatus(m)
 			if err != nil {
@@ -382,41 +396,6 @@ func (s *Store) PowerRequest(id string) (PowerRequest, error) {
 		return err
 	})
 	return r, err
-}
-
-// powerHistoryScan bounds how many of the newest requests of the whole rack
-// PowerHistory looks through for one machine's.
-const powerHistoryScan = 50000
-
-// PowerHistory returns a machine's newest limit power requests, whatever
-// their fate, newest first. Requests are kept in the order they were made
-// for the whole rack: it walks back from the newest, through at most
-// powerHistoryScan of them.
-func (s *Store) PowerHistory(machine string, limit int) ([]PowerRequest, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	var out []PowerRequest
-	needle := []byte(`"machine":` + strconv.Quote(machine))
-	err := s.view(func(t *Tx) error {
-		c := t.tx.Bucket(bucketPowerRequests).Cursor()
-		n := 0
-		for k, v := c.Last(); k != nil && len(out) < limit && n < powerHistoryScan; k, v = c.Prev() {
-			n++
-			if !bytes.Contains(v, needle) {
-				continue
-			}
-			var r PowerRequest
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("decode power request %x: %w", k, err)
-			}
-			if r.Machine == machine {
-				out = append(out, r)
-			}
-		}
-		return nil
-	})
-	return out, err
 }
 
 // OpenPowerRequests returns a machine's pending and running requests, oldest
@@ -693,10 +672,12 @@ func PowerStatusFor(all map[string]PowerStatus, m Machine) PowerStatus {
 
 // checkPower verifies the power buckets: every request belongs to a machine
 // and is well formed, the open index holds exactly the open requests, a
-// superseded request names an existing one, and every power status belongs
-// to a machine.
+// superseded request names an existing one, every power status belongs
+// to a machine, and each machine's history lists exactly its requests
+// (checkPowerHistory).
 func (t *Tx) checkPower(machines map[string]Machine, bad func(string, ...any)) {
 	open := map[string]bool{}
+	reqs := map[uint64]PowerRequest{}
 	t.tx.Bucket(bucketPowerRequests).ForEach(func(k, v []byte) error {
 		var r PowerRequest
 		if err := json.Unmarshal(v, &r); err != nil {
@@ -704,6 +685,9 @@ func (t *Tx) checkPower(machines map[string]Machine, bad func(string, ...any)) {
 			return nil
 		}
 		seq, err := ParsePowerRequestID(r.ID)
+		if err == nil {
+			reqs[seq] = r
+		}
 		switch {
 		case err != nil || !bytes.Equal(powerKey(seq), k):
 			bad("power request %s stored under key %x", r.ID, k)
@@ -743,6 +727,7 @@ func (t *Tx) checkPower(machines map[string]Machine, bad func(string, ...any)) {
 		}
 		return nil
 	})
+	t.checkPowerHistory(machines, reqs, bad)
 	t.tx.Bucket(bucketPowerState).ForEach(func(k, v []byte) error {
 		var ps PowerStatus
 		if err := json.Unmarshal(v, &ps); err != nil {

@@ -397,9 +397,13 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	if opts.ReadOnly {
 		close(s.stopped)
-	} else {
-		go s.commitLoop()
-		s.resumeRotation()
+		return s, nil
+	}
+	go s.commitLoop()
+	s.resumeRotation()
+	if err := s.indexPowerHistory(context.Background()); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("database %s: index the power requests by machine: %w", path, err)
 	}
 	return s, nil
 }

@@ -338,7 +338,10 @@ func TestBackoffCancelled(t *testing.T) {
 }
 
 // TestPerMachineSerialisation: many concurrent requests to one machine,
-// never two commands at once to it, every request ends.
+// never two commands at once to it, every request ends. Callers that find
+// store.MaxOpenPower requests waiting are refused and ask again, as a
+// client would; the store keeps as many finished requests of a machine as
+// the test makes (store.PowerHistoryKeep), so each can be looked at.
 func TestPerMachineSerialisation(t *testing.T) {
 	h := newHarness(t, fastConfig())
 	h.fake.SetLatency(2 * time.Millisecond)
@@ -347,12 +350,17 @@ func TestPerMachineSerialisation(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var ids []string
-	for g := range 8 {
+	const goroutines = 4
+	for g := range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range 10 {
+			for i := range store.PowerHistoryKeep / goroutines {
 				r, err := h.st.RequestPower(context.Background(), admin, id, actions[(g+i)%4], "")
+				for deadline := time.Now().Add(30 * time.Second); store.CodeOf(err) == store.CodeConflict && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+					r, err = h.st.RequestPower(context.Background(), admin, id, actions[(g+i)%4], "")
+				}
 				if err != nil {
 					t.Error(err)
 					return
