@@ -279,8 +279,10 @@ func (s *Store) watchLoop(ctx context.Context, rev int64) {
 			}
 		}
 		f.advance(rev)
-		// Images made or deleted meanwhile were not seen either.
+		// Images made or deleted meanwhile were not seen either, nor
+		// tokens revoked, users removed or machines released.
 		f.imagesDidChange()
+		s.access.fire()
 		// Power requests made meanwhile were not seen: every machine
 		// with an open one is told again.
 		if ids, err := s.MachinesWithOpenPower(); err == nil {
@@ -297,6 +299,7 @@ func (s *Store) applyChanges(rev int64, changes []etcdkv.Change) error {
 	var (
 		subnets bool
 		images  bool
+		access  bool
 		power   []string
 		events  []Event
 	)
@@ -322,6 +325,11 @@ func (s *Store) applyChanges(rev int64, changes []etcdkv.Change) error {
 			subnets = true
 		case string(bucketImages):
 			images = true
+		case string(bucketUsers), string(bucketTokens), string(bucketAPITokens):
+			// A token revoked or a user removed (a deletion; a new
+			// token or a token's last use noted takes no right away):
+			// the streams check their rights again.
+			access = access || c.Value == nil
 		case string(bucketPowerRequests):
 			var r PowerRequest
 			if c.Created && json.Unmarshal(c.Value, &r) == nil && r.State == PowerPending {
@@ -343,6 +351,9 @@ func (s *Store) applyChanges(rev int64, changes []etcdkv.Change) error {
 	f.advance(rev)
 	if images {
 		f.imagesDidChange()
+	}
+	if access {
+		s.access.fire()
 	}
 	// Told after the state is applied: whoever hears of a request or an
 	// event may read the store and find what it was told of.

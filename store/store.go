@@ -317,6 +317,8 @@ type Store struct {
 	credKey []byte
 	// tokens is what is kept in memory about API tokens (tokens.go).
 	tokens *tokenState
+	// access fires when a token or a user goes (AccessChanged).
+	access *signal
 	// keys is the keyring sealing BMC secrets (secrets.go).
 	keys *keyState
 	// follow keeps the in-memory state up with the engine's other
@@ -435,7 +437,7 @@ func newStore(e Engine, db *bolt.DB, path string, opts Options, queue int) *Stor
 	if len(credKey) == 0 {
 		credKey = newCredentialKey()
 	}
-	return &Store{kv: e, db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey, tokens: newTokenState(),
+	return &Store{kv: e, db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey, tokens: newTokenState(), access: newSignal(),
 		ops: make(chan *op, queue), stop: make(chan struct{}), stopped: make(chan struct{}),
 		urgent: make(chan struct{}, 1)}
 }

@@ -64,35 +64,48 @@ func newTokenID() string {
 type tokenState struct {
 	mu sync.Mutex
 	// revoked holds tokens whose revocation is decided but maybe not yet
-	// committed. An entry goes once the deletion is durable; it stays when
-	// the commit failed, so that the token is refused until a restart
-	// (failing closed) and the revocation can be retried.
-	revoked map[string]bool
+	// committed, with why (for CheckRight). An entry goes once the
+	// deletion is durable; it stays when the commit failed, so that the
+	// token is refused until a restart (failing closed) and the revocation
+	// can be retried.
+	revoked map[string]string
 	// touching holds tokens with a last-used write queued.
 	touching map[string]bool
 }
 
 func newTokenState() *tokenState {
-	return &tokenState{revoked: map[string]bool{}, touching: map[string]bool{}}
+	return &tokenState{revoked: map[string]string{}, touching: map[string]bool{}}
 }
 
-func (ts *tokenState) isRevoked(id string) bool {
+func (ts *tokenState) isRevoked(id string) bool { return ts.revokedWhy(id) != "" }
+
+// revokedWhy is why id's revocation was decided; "" when it was not.
+func (ts *tokenState) revokedWhy(id string) string {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	return ts.revoked[id]
 }
 
-func (ts *tokenState) setRevoked(ids []string, on bool) {
+// setRevoked marks ids revoked for why; an empty why unmarks them.
+func (ts *tokenState) setRevoked(ids []string, why string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	for _, id := range ids {
-		if on {
-			ts.revoked[id] = true
+		if why != "" {
+			if why == revokedToken {
+				ts.revoked[id] = "token " + id + " has been revoked"
+			} else {
+				ts.revoked[id] = why
+			}
 		} else {
 			delete(ts.revoked, id)
 		}
 	}
 }
+
+// revokedToken is setRevoked's why for a token revoked for itself: the
+// reason names it.
+const revokedToken = "revoked"
 
 // startTouch reports whether the caller should queue a last-used write for
 // id (none is queued yet).
@@ -315,7 +328,7 @@ func (s *Store) RevokeToken(ctx context.Context, actor Actor, id string) (Token,
 	if err != nil {
 		return Token{}, err
 	}
-	err = s.revoke(ctx, actor, []string{id}, func(t *Tx) error {
+	err = s.revoke(ctx, actor, []string{id}, revokedToken, func(t *Tx) error {
 		var now Token
 		if found, err := t.get(bucketAPITokens, []byte(id), &now); err != nil {
 			return err
@@ -330,11 +343,14 @@ func (s *Store) RevokeToken(ctx context.Context, actor Actor, id string) (Token,
 	return tk, nil
 }
 
-// revoke marks ids dead at once, then runs fn (which deletes them) as
-// actor. The actor's own token is checked by fn's caller rules, not by
-// checkCaller: revoking the token one calls with must work.
-func (s *Store) revoke(ctx context.Context, actor Actor, ids []string, fn func(*Tx) error) error {
-	s.tokens.setRevoked(ids, true)
+// revoke marks ids dead at once, for why (revokedToken: for themselves),
+// then runs fn (which deletes them) as actor. The actor's own token is
+// checked by fn's caller rules, not by checkCaller: revoking the token one
+// calls with must work. The streams opened with the tokens are told at
+// once (AccessChanged), and again at the commit.
+func (s *Store) revoke(ctx context.Context, actor Actor, ids []string, why string, fn func(*Tx) error) error {
+	s.tokens.setRevoked(ids, why)
+	s.access.fire()
 	// Once decided, a revocation is not undone by a caller that hangs up.
 	err := s.update(withoutActor(context.WithoutCancel(ctx)), func(t *Tx) error {
 		if actor.Token != "" && !slices.Contains(ids, actor.Token) {
@@ -345,13 +361,16 @@ func (s *Store) revoke(ctx context.Context, actor Actor, ids []string, fn func(*
 		if err := fn(t); err != nil {
 			return err
 		}
-		t.afterCommit(func() { s.tokens.setRevoked(ids, false) })
+		t.afterCommit(func() {
+			s.tokens.setRevoked(ids, "")
+			s.access.fire()
+		})
 		return nil
 	})
 	if err != nil && CodeOf(err) != "" {
 		// Refused: nothing is deleted, so nothing is held dead (a token
 		// already gone is refused either way).
-		s.tokens.setRevoked(ids, false)
+		s.tokens.setRevoked(ids, "")
 	}
 	return err
 }
@@ -398,7 +417,7 @@ func (s *Store) ReplaceTokens(ctx context.Context, actor Actor, user, name, secr
 	}
 	tk := Token{ID: newTokenID(), User: user, Name: name, Hash: HashToken(secret)}
 	var deleted []string
-	err = s.revoke(ctx, actor, ids, func(t *Tx) error {
+	err = s.revoke(ctx, actor, ids, revokedToken, func(t *Tx) error {
 		// A token of that name made since the look above goes too.
 		ts, err := doomed(t)
 		if err != nil {

@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -133,4 +136,125 @@ func (s *Store) Users() ([]User, error) {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, err
+}
+
+// RemoveUser deletes a user, with their tokens and SSH keys, and returns it
+// as it was. Their tokens are refused from the moment the removal is
+// decided, as a revocation's (RevokeToken), and the streams they opened end
+// (CheckRight: "user NAME has been removed"). Only an admin may remove
+// users. Refused: an unknown user (CodeNotFound); the last admin, who alone
+// could add users again; a user who holds machines (CodeConflict, naming
+// them: release them first, or have someone adopt them).
+func (s *Store) RemoveUser(ctx context.Context, actor Actor, name string) (User, error) {
+	if !actor.Admin {
+		return User{}, errorf(CodeForbidden, "only an admin may remove users")
+	}
+	// What goes: decided here, refused at once, and decided again in the
+	// transaction (a token made meanwhile goes too).
+	tokensOf := func(t *Tx) ([]Token, error) {
+		var out []Token
+		err := t.forEachToken(func(tk Token) error {
+			if tk.User == name {
+				out = append(out, tk)
+			}
+			return nil
+		})
+		return out, err
+	}
+	var u User
+	var ids []string
+	err := s.view(func(t *Tx) error {
+		if err := t.checkRemoveUser(name, &u); err != nil {
+			return err
+		}
+		ts, err := tokensOf(t)
+		for _, tk := range ts {
+			ids = append(ids, tk.ID)
+		}
+		return err
+	})
+	if err != nil {
+		return User{}, err
+	}
+	err = s.revoke(ctx, actor, ids, fmt.Sprintf("user %s has been removed", name), func(t *Tx) error {
+		if err := t.checkRemoveUser(name, &u); err != nil {
+			return err
+		}
+		ts, err := tokensOf(t)
+		if err != nil {
+			return err
+		}
+		keys, err := t.sshKeysOf(name)
+		if err != nil {
+			return err
+		}
+		for _, tk := range ts {
+			if err := t.deleteToken(tk); err != nil {
+				return err
+			}
+		}
+		for _, k := range keys {
+			if err := t.del(bucketSSHKeys, sshKeyKey(name, k.ID)); err != nil {
+				return err
+			}
+		}
+		return t.del(bucketUsers, []byte(name))
+	})
+	if err != nil {
+		return User{}, err
+	}
+	return u, nil
+}
+
+// checkRemoveUser checks that name may be removed in t and reads it into u.
+func (t *Tx) checkRemoveUser(name string, u *User) error {
+	if found, err := t.get(bucketUsers, []byte(name), u); err != nil {
+		return err
+	} else if !found {
+		return errorf(CodeNotFound, "no user %q", name)
+	}
+	admins := 0
+	err := t.tx.Bucket(bucketUsers).ForEach(func(k, _ []byte) error {
+		var o User
+		if _, err := t.get(bucketUsers, k, &o); err != nil {
+			return err
+		}
+		if o.Admin {
+			admins++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if u.Admin && admins <= 1 {
+		return errorf(CodeConflict, "user %s is the last admin: add another admin first", name)
+	}
+	var held []string
+	err = t.tx.Bucket(bucketMachines).ForEach(func(k, v []byte) error {
+		var m struct {
+			Hostname string `json:"hostname"`
+			Owner    string `json:"owner"`
+		}
+		if err := json.Unmarshal(v, &m); err != nil {
+			return fmt.Errorf("decode machine %s: %w", k, err)
+		}
+		if m.Owner == name {
+			held = append(held, m.Hostname)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(held) > 0 {
+		sort.Strings(held)
+		more := ""
+		if len(held) > 10 {
+			more = fmt.Sprintf(" and %d more", len(held)-10)
+			held = held[:10]
+		}
+		return errorf(CodeConflict, "user %s holds machines %s%s: release them first", name, strings.Join(held, ", "), more)
+	}
+	return nil
 }
