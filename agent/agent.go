@@ -121,6 +121,9 @@ type Agent struct {
 	consoles   *consolehub.Hub
 	consoleLog *consolelog.Log
 	recorder   *recorder
+	// rights ends the long-lived streams (consoles, the web UI's live
+	// updates) whose right is lost (rights.go).
+	rights *rights
 	// member is this appliance's etcd member (cluster.etcd_member) and
 	// memberName its name.
 	member     *etcdmember.Process
@@ -234,6 +237,7 @@ func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
 	if err := a.newPower(cfg); err != nil {
 		return nil, fmt.Errorf("power: %w", err)
 	}
+	a.rights = newRights(a.store, a.log.With("service", "rights"))
 	if err := a.newConsoles(); err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
@@ -407,6 +411,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		}()
 	}
+	g.Go(func() error { a.rights.run(gctx); return nil })
 	g.Go(func() error { a.watchdog(gctx); return nil })
 	g.Go(func() error { a.releaser(gctx); return nil })
 	g.Go(func() error { return a.power.Run(gctx) })

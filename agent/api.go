@@ -69,6 +69,7 @@ func routes() []route {
 		{"DELETE /api/v1/allocations/{id}", user, (*Agent).release},
 		{"GET /api/v1/users", admin, (*Agent).listUsers},
 		{"POST /api/v1/users", admin, (*Agent).createUser},
+		{"DELETE /api/v1/users/{name}", admin, (*Agent).removeUser},
 		{"GET /api/v1/tokens", user, (*Agent).listTokens},
 		{"POST /api/v1/tokens", user, (*Agent).createToken},
 		{"DELETE /api/v1/tokens/{id}", user, (*Agent).revokeToken},
@@ -580,13 +581,10 @@ func (a *Agent) machineEvents(w http.ResponseWriter, r *http.Request, who store.
 		a.storeError(w, r, err)
 		return
 	}
-	// The console tail of a failure is the console's: admins and the
-	// machine's owner see it (consoleAccess).
-	console := who.Admin
-	if !console {
-		m, err := a.store.Machine(r.PathValue("id"))
-		console = err == nil && m.Owner != "" && m.Owner == who.Name
-	}
+	// The console tail of a failure is the console's: those who may see
+	// the console see it (admins and the machine's owner).
+	_, _, err = a.store.ConsoleRight(who, r.PathValue("id"))
+	console := err == nil
 	out := make([]api.Event, len(evs))
 	for i, e := range evs {
 		out[i] = api.Event{Seq: e.Seq, Time: e.Time, Machine: e.Machine, Actor: e.Actor,
@@ -741,16 +739,38 @@ func (a *Agent) createUser(w http.ResponseWriter, r *http.Request, who store.Act
 	writeJSON(w, http.StatusCreated, userView(u, token))
 }
 
+// removeUser is DELETE /api/v1/users/{name}: the user goes with their
+// tokens (refused from this moment, their streams ended) and SSH keys.
+func (a *Agent) removeUser(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	name := r.PathValue("name")
+	if name == adminUser {
+		writeError(w, http.StatusConflict, api.CodeConflict, fmt.Sprintf(
+			"user %s holds the admin token file's token (rackd serve --rotate-admin-token writes a new one): it cannot be removed; revoke its other tokens instead", adminUser))
+		return
+	}
+	u, err := a.store.RemoveUser(r.Context(), who, name)
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	a.log.Info("user removed", "user", u.Name, "admin", u.Admin, "by", who.Name)
+	writeJSON(w, http.StatusOK, userView(u, ""))
+}
+
 // backup streams a consistent copy of the database. Writers keep going while
 // it runs: it is one read transaction.
 func (a *Agent) backup(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	// A large database over a slow link takes a while: the copy is held
+	// to the right that asked for it, as a stream is (rights.go).
+	held, release := a.rights.hold(r.Context(), store.UserRight(who))
+	defer release()
 	started := false
 	n, err := a.store.WriteBackup(func(size int64) io.Writer {
 		started = true
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Content-Disposition", `attachment; filename="rackd.db"`)
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-		return w
+		return heldWriter{held, w}
 	})
 	if err != nil && !started {
 		a.internalError(w, r, err)
@@ -759,8 +779,25 @@ func (a *Agent) backup(w http.ResponseWriter, r *http.Request, who store.Actor) 
 	if err != nil {
 		// Headers are gone; cutting the stream short makes the client see a
 		// length mismatch rather than accept a partial copy.
-		a.log.Error("backup failed mid-stream", "err", err, "written", n)
+		if store.RightLost(err) {
+			a.log.Info("backup cut off: the right that asked for it is lost", "by", who.Name, "why", err.Error(), "written", n)
+		} else {
+			a.log.Error("backup failed mid-stream", "err", err, "written", n)
+		}
 		panic(http.ErrAbortHandler)
 	}
 	a.log.Info("backup sent", "bytes", n, "by", who.Name)
+}
+
+// heldWriter writes to w while ctx (a held right) lasts.
+type heldWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (h heldWriter) Write(p []byte) (int, error) {
+	if h.ctx.Err() != nil {
+		return 0, context.Cause(h.ctx)
+	}
+	return h.w.Write(p)
 }

@@ -274,6 +274,10 @@ func TestBadInput(t *testing.T) {
 		"release another's":    {"other", "DELETE", "/api/v1/allocations/node001", nil, "", 403, "forbidden", "not yours"},
 		"duplicate user":       {"admin", "POST", "/api/v1/users", api.CreateUser{Name: "bob"}, "", 409, "conflict", "already exists"},
 		"bad user name":        {"admin", "POST", "/api/v1/users", api.CreateUser{Name: "Bob Smith"}, "", 400, "bad_request", "invalid user name"},
+		"remove the admin":     {"admin", "DELETE", "/api/v1/users/admin", nil, "", 409, "conflict", "admin token file"},
+		"remove a holder":      {"admin", "DELETE", "/api/v1/users/bob", nil, "", 409, "conflict", "holds machines node001"},
+		"remove unknown user":  {"admin", "DELETE", "/api/v1/users/nosuch", nil, "", 404, "not_found", "nosuch"},
+		"non-admin removes":    {"bob", "DELETE", "/api/v1/users/other", nil, "", 403, "forbidden", "not an admin"},
 	}
 	otherTok := ta.addUser(t, "other", false)
 	before := snapshot(t, ta.Store())

@@ -109,6 +109,11 @@ func (a *Agent) takeUpdate(w http.ResponseWriter, r *http.Request, who store.Act
 		return
 	}
 	defer a.applianceMu.Unlock()
+	// An upload lasts as long as a slot image takes over the link: it is
+	// held to the right that started it, as a stream is (rights.go).
+	held, release := a.rights.hold(r.Context(), store.UserRight(who))
+	defer release()
+	r = r.WithContext(held)
 	target := desc.Inactive()
 	slotSize, err := appliance.SlotSize(desc.Slots[target])
 	if err != nil {
@@ -160,6 +165,10 @@ func (a *Agent) takeUpdate(w http.ResponseWriter, r *http.Request, who store.Act
 	a.log.Info("appliance update", "by", who.Name, "source", source, "slot", target, "allow_downgrade", allowDowngrade)
 	st, err := appliance.Update(r.Context(), body, desc, appliance.UpdateOptions{
 		AllowDowngrade: allowDowngrade, BundleSize: size, Log: a.log.With("service", "appliance")})
+	if why := context.Cause(held); err != nil && store.RightLost(why) {
+		a.storeError(w, r, fmt.Errorf("the update was stopped: %w", why))
+		return
+	}
 	if err != nil {
 		a.updateError(w, r, err)
 		return

@@ -47,6 +47,10 @@ const ConsoleDir = "console"
 // consoleTailBytes is how much of the console log a failure event carries.
 const consoleTailBytes = 4 << 10
 
+// consoleGoodbye bounds the writing of the message that ends a console
+// whose right is lost.
+const consoleGoodbye = 2 * time.Second
+
 // ConsoleUpgrade is the protocol the console route switches to: after the
 // 101 answer the connection carries the console's bytes both ways, raw.
 const ConsoleUpgrade = "rackd-console"
@@ -73,8 +77,10 @@ func (a *Agent) newConsoles() error {
 }
 
 // onStoreEvent is told about every committed event: the web UI's live
-// updates and the console recorder.
+// updates, the console recorder, and the streams' rights (a machine's
+// allocation changes with an event).
 func (a *Agent) onStoreEvent(e store.Event) {
+	a.rights.machineChanged(e.Machine)
 	if a.ui != nil {
 		a.ui.Hub().Event(e)
 	}
@@ -84,22 +90,15 @@ func (a *Agent) onStoreEvent(e store.Event) {
 }
 
 // consoleAccess finds the machine of a console request and checks that who
-// may see its console: an admin, or the user it is allocated to (who
-// deploys it and debugs it). Console output is not for every user: what
-// is typed there, passwords included, is echoed. It answers and returns
-// false otherwise.
-func (a *Agent) consoleAccess(w http.ResponseWriter, r *http.Request, who store.Actor) (store.Machine, bool) {
-	m, err := a.store.Machine(r.PathValue("id"))
+// may see its console (store.ConsoleRight: an admin, or the user it is
+// allocated to). It answers and returns false otherwise.
+func (a *Agent) consoleAccess(w http.ResponseWriter, r *http.Request, who store.Actor) (store.Right, store.Machine, bool) {
+	right, m, err := a.store.ConsoleRight(who, r.PathValue("id"))
 	if err != nil {
 		a.storeError(w, r, err)
-		return m, false
+		return right, m, false
 	}
-	if !who.Admin && (m.Owner == "" || m.Owner != who.Name) {
-		writeError(w, http.StatusForbidden, api.CodeForbidden,
-			fmt.Sprintf("the console of %s is for admins and the user it is allocated to", m.Hostname))
-		return m, false
-	}
-	return m, true
+	return right, m, true
 }
 
 // consoleTarget is how the console reaches m's BMC: its power parameters
@@ -133,7 +132,7 @@ func (a *Agent) consoleDriver(w http.ResponseWriter, m store.Machine) (power.Con
 // rackd-console; ?write=true to type). Refusals come before the upgrade as
 // ordinary API errors: 409 console_busy names who holds the console.
 func (a *Agent) machineConsole(w http.ResponseWriter, r *http.Request, who store.Actor) {
-	m, ok := a.consoleAccess(w, r, who)
+	right, m, ok := a.consoleAccess(w, r, who)
 	if !ok {
 		return
 	}
@@ -160,7 +159,12 @@ func (a *Agent) machineConsole(w http.ResponseWriter, r *http.Request, who store
 		writeError(w, http.StatusConflict, api.CodeConflict, err.Error())
 		return
 	}
-	actx, cancel := context.WithTimeout(r.Context(), 2*time.Duration(a.cfg.Power.CommandTimeout))
+	// The console lasts as long as the right that opened it: a revoked or
+	// expired token, a removed user, the machine released or allocated to
+	// someone else end it (rights.go).
+	held, release := a.rights.hold(r.Context(), right)
+	defer release()
+	actx, cancel := context.WithTimeout(held, 2*time.Duration(a.cfg.Power.CommandTimeout))
 	att, err := a.consoles.Attach(actx, drv, target, consolehub.AttachOptions{Who: who.Name, Machine: m.Hostname, Write: write})
 	cancel()
 	var busy *consolehub.BusyError
@@ -170,6 +174,9 @@ func (a *Agent) machineConsole(w http.ResponseWriter, r *http.Request, who store
 		return
 	case errors.Is(err, consolehub.ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, err.Error())
+		return
+	case err != nil && store.RightLost(context.Cause(held)):
+		a.storeError(w, r, context.Cause(held))
 		return
 	case err != nil:
 		a.log.Warn("console attach", "machine", m.ID, "hostname", m.Hostname, "err", err)
@@ -193,6 +200,26 @@ func (a *Agent) machineConsole(w http.ResponseWriter, r *http.Request, who store
 	}
 	a.log.Info("console attached", "machine", m.ID, "hostname", m.Hostname, "by", who.Name, "write", write)
 
+	// The right lost: nothing typed reaches the machine from that moment,
+	// and a client that does not read is not waited for to be told why.
+	lost := func() error {
+		if why := context.Cause(held); store.RightLost(why) {
+			return why
+		}
+		return nil
+	}
+	stop := context.AfterFunc(held, func() {
+		if lost() != nil {
+			att.Close()
+			conn.SetWriteDeadline(time.Now().Add(consoleGoodbye))
+		}
+	})
+	defer stop()
+	ended := func(why string) {
+		fmt.Fprintf(conn, "\r\n[rackd: the console ended: %s]\r\n", why)
+		a.log.Info("console ended", "machine", m.ID, "hostname", m.Hostname, "by", who.Name, "why", why)
+	}
+
 	// The client's bytes: typed when writing, else read only to see the
 	// detach (the connection's end).
 	detached := make(chan struct{})
@@ -210,18 +237,28 @@ func (a *Agent) machineConsole(w http.ResponseWriter, r *http.Request, who store
 			if !ok {
 				// The session ended under the user: say why, then hang up.
 				why := "rackd is shutting down"
-				if err := att.Err(); err != nil {
+				if err := lost(); err != nil {
+					why = err.Error()
+				} else if err := att.Err(); err != nil {
 					why = err.Error()
 				}
-				fmt.Fprintf(conn, "\r\n[rackd: the console ended: %s]\r\n", why)
-				a.log.Info("console ended", "machine", m.ID, "by", who.Name, "why", why)
+				ended(why)
 				return
 			}
 			if _, err := conn.Write(b); err != nil {
 				return
 			}
 		case <-detached:
+			if err := lost(); err != nil {
+				ended(err.Error())
+				return
+			}
 			a.log.Info("console detached", "machine", m.ID, "hostname", m.Hostname, "by", who.Name)
+			return
+		case <-held.Done():
+			if err := lost(); err != nil {
+				ended(err.Error())
+			}
 			return
 		}
 	}
@@ -243,7 +280,7 @@ func headerHas(h http.Header, name, token string) bool {
 // machineConsoleLog is GET /api/v1/machines/{id}/console-log: the boots
 // kept, oldest first.
 func (a *Agent) machineConsoleLog(w http.ResponseWriter, r *http.Request, who store.Actor) {
-	m, ok := a.consoleAccess(w, r, who)
+	_, m, ok := a.consoleAccess(w, r, who)
 	if !ok {
 		return
 	}
@@ -263,7 +300,7 @@ func (a *Agent) machineConsoleLog(w http.ResponseWriter, r *http.Request, who st
 // boot's output as it was recorded (bytes, not necessarily text); "latest"
 // is the newest.
 func (a *Agent) machineConsoleBoot(w http.ResponseWriter, r *http.Request, who store.Actor) {
-	m, ok := a.consoleAccess(w, r, who)
+	_, m, ok := a.consoleAccess(w, r, who)
 	if !ok {
 		return
 	}

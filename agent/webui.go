@@ -25,6 +25,7 @@ func (a *Agent) newUI() error {
 		Name:         name,
 		API:          http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { a.api.ServeHTTP(w, r) }),
 		Authenticate: a.store.Authenticate,
+		Hold:         a.holdUser,
 		Allowed:      a.allowed,
 		Data:         uiData{a},
 		Log:          a.log.With("service", "webui"),

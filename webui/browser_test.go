@@ -732,8 +732,10 @@ func TestBrowser(t *testing.T) {
 		if cookie == "" {
 			t.Fatal("no session cookie")
 		}
-		// Wait (bounded) until the API itself no longer takes the token.
-		short.waitJS(t, "the token expires", `fetch("/api/v1/version", {headers: {"Authorization": "Bearer `+tk.Token+`"}}).then(function(r){return r.status===401})`)
+		// The open page goes back to the login by itself when the token
+		// expires: its live updates end, saying why.
+		short.openLive(t, "/machines")
+		short.do(t, "back at the login when the token expires", chromedp.WaitVisible(chromedp.ID("token")))
 		if st, loc := replay(t, rg.url, cookie); st != http.StatusSeeOther || !strings.HasPrefix(loc, "/login") {
 			t.Errorf("the expired session's cookie: %d %q, want a redirect to the login", st, loc)
 		}
@@ -741,6 +743,22 @@ func TestBrowser(t *testing.T) {
 		short.do(t, "back at the login", chromedp.WaitVisible(chromedp.ID("token")))
 		only(t, short, "401")
 		short.clean(t, "expired session")
+	})
+
+	t.Run("a revoked token sends the open page to the login", func(t *testing.T) {
+		var tk api.Token
+		if st := rg.api(t, rg.admin, "POST", "/api/v1/tokens", api.CreateToken{Name: "revoked-live"}, &tk); st != http.StatusCreated {
+			t.Fatalf("create token: %d", st)
+		}
+		tb := rg.tab(t, chrome)
+		tb.login(t, tk.Token)
+		tb.openLive(t, "/machines")
+		if st := rg.api(t, rg.admin, "DELETE", "/api/v1/tokens/"+tk.ID, nil, nil); st != http.StatusOK {
+			t.Fatalf("revoke: %d", st)
+		}
+		tb.do(t, "back at the login once the token is revoked", chromedp.WaitVisible(chromedp.ID("token")))
+		only(t, tb, "401")
+		tb.clean(t, "revoked token")
 	})
 }
 

@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -207,13 +208,18 @@ func (h *Hub) Power(r store.PowerRequest) {
 	h.publish("power", LivePower{ID: r.ID, Machine: r.Machine, Action: string(r.Action), State: string(r.State), Error: r.Error})
 }
 
-// sseRecheck is how often a stream re-authenticates its session: a revoked
-// token or a logout ends the stream within it.
-const sseRecheck = 15 * time.Second
+// ssePing is how often a quiet stream sends a comment, so that proxies and
+// browsers keep it open.
+const ssePing = 15 * time.Second
 
 // serveEvents is GET /events: the live updates, for as long as the session
-// lasts.
+// and the right that opened it last. Its end is prompt and said: a revoked
+// or expired token, a removed user (Options.Hold), a logout or the
+// session's expiry end it with the event "ended", {"reason": ...}, and the
+// page goes back to the login.
 func (u *UI) serveEvents(w http.ResponseWriter, r *http.Request, s *reqSession) {
+	held, release := u.opts.Hold(r.Context(), s.actor)
+	defer release()
 	rc := http.NewResponseController(w)
 	// The stream outlives any write timeout of the server. (The read
 	// deadline of api.read_timeout is lifted by net/http once the request
@@ -241,11 +247,38 @@ func (u *UI) serveEvents(w http.ResponseWriter, r *http.Request, s *reqSession) 
 		fmt.Fprintf(w, "event: stale\ndata: {}\n\n")
 	}
 	flush()
-	tick := time.NewTicker(sseRecheck)
+	// ended tells the browser why the stream ends, and the session goes.
+	ended := func(why string) {
+		u.sessions.drop(s.id)
+		// A browser that does not read is not waited for.
+		rc.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		data, _ := json.Marshal(struct {
+			Reason string `json:"reason"`
+		}{why})
+		fmt.Fprintf(w, "event: ended\ndata: %s\n\n", data)
+		flush()
+		u.log.Info("webui: live updates ended", "user", s.actor.Name, "why", why)
+	}
+	expiry := time.NewTimer(s.expires.Sub(u.now()))
+	defer expiry.Stop()
+	tick := time.NewTicker(ssePing)
 	defer tick.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
+			return
+		case <-held.Done():
+			ended(context.Cause(held).Error())
+			return
+		case <-s.ended:
+			ended("the session has ended (logged out)")
+			return
+		case <-expiry.C:
+			if u.now().Before(s.expires) {
+				expiry.Reset(s.expires.Sub(u.now())) // another clock
+				continue
+			}
+			ended("the session has expired")
 			return
 		case <-c.gone:
 			// Dropped as too slow (the browser reconnects), or rackd is
@@ -263,13 +296,6 @@ func (u *UI) serveEvents(w http.ResponseWriter, r *http.Request, s *reqSession) 
 			}
 			flush()
 		case <-tick.C:
-			if !u.sessions.alive(s.id) || !u.now().Before(s.expires) {
-				return
-			}
-			if _, ok, err := u.opts.Authenticate(s.token); err == nil && !ok {
-				u.sessions.drop(s.id)
-				return
-			}
 			if _, err := fmt.Fprintf(w, ": ping\n\n"); err != nil {
 				return
 			}

@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -492,6 +493,9 @@ func TestMachineListReadsOnePage(t *testing.T) {
 		API: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "{}", http.StatusNotFound) }),
 		Authenticate: func(tok string) (store.Actor, bool, error) {
 			return store.Actor{Name: "admin", Admin: true}, tok == "good", nil
+		},
+		Hold: func(ctx context.Context, _ store.Actor) (context.Context, context.CancelFunc) {
+			return context.WithCancel(ctx)
 		}})
 	if err != nil {
 		t.Fatal(err)

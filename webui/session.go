@@ -35,6 +35,9 @@ type session struct {
 	// actor is who the token authenticated as on the current request.
 	actor   store.Actor
 	flashes []flash
+	// ended is closed when the session is dropped (a logout, its token
+	// found dead, too many sessions): its live updates end.
+	ended chan struct{}
 }
 
 type sessions struct {
@@ -52,14 +55,14 @@ func randomID() string {
 }
 
 func (ss *sessions) open(token string, expires, now time.Time) *session {
-	s := &session{id: randomID(), token: token, csrf: randomID(), expires: expires, created: now}
+	s := &session{id: randomID(), token: token, csrf: randomID(), expires: expires, created: now, ended: make(chan struct{})}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if len(ss.m) >= maxSessions {
 		var oldest *session
 		for _, o := range ss.m {
 			if !now.Before(o.expires) {
-				delete(ss.m, o.id)
+				ss.forget(o)
 				continue
 			}
 			if oldest == nil || o.created.Before(oldest.created) {
@@ -67,7 +70,7 @@ func (ss *sessions) open(token string, expires, now time.Time) *session {
 			}
 		}
 		if len(ss.m) >= maxSessions && oldest != nil {
-			delete(ss.m, oldest.id)
+			ss.forget(oldest)
 		}
 	}
 	ss.m[s.id] = s
@@ -82,14 +85,16 @@ func (ss *sessions) get(id string) *session {
 
 func (ss *sessions) drop(id string) {
 	ss.mu.Lock()
-	delete(ss.m, id)
+	if s := ss.m[id]; s != nil {
+		ss.forget(s)
+	}
 	ss.mu.Unlock()
 }
 
-func (ss *sessions) alive(id string) bool {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.m[id] != nil
+// forget drops s; ss.mu is held.
+func (ss *sessions) forget(s *session) {
+	delete(ss.m, s.id)
+	close(s.ended)
 }
 
 func (ss *sessions) addFlash(s *session, f flash) {

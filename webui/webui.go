@@ -15,6 +15,7 @@ package webui
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -69,6 +70,11 @@ type Options struct {
 	// Authenticate is store.Authenticate: a session's token is checked
 	// with it on every request.
 	Authenticate func(token string) (store.Actor, bool, error)
+	// Hold holds the right of a long-lived stream (the live updates)
+	// opened by who: the context it returns is cancelled, with the reason
+	// as its cause, once who's token is revoked or expires or their user
+	// is removed; cancel is called when the stream ends.
+	Hold func(ctx context.Context, who store.Actor) (context.Context, context.CancelFunc)
 	// Allowed says whether who may call an API route (method and path), by
 	// the route table's access level: the UI shows an action only to
 	// those who may take it.
@@ -104,8 +110,8 @@ type UI struct {
 // New builds the UI. Its hub (Hub) is fed by the caller with the store's
 // events.
 func New(opts Options) (*UI, error) {
-	if opts.API == nil || opts.Authenticate == nil || opts.Data == nil {
-		return nil, errors.New("webui: API, Authenticate and Data are required")
+	if opts.API == nil || opts.Authenticate == nil || opts.Hold == nil || opts.Data == nil {
+		return nil, errors.New("webui: API, Authenticate, Hold and Data are required")
 	}
 	if opts.Allowed == nil {
 		opts.Allowed = func(store.Actor, string, string) bool { return true }

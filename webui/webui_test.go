@@ -1191,3 +1191,108 @@ func TestShutdownEndsStreams(t *testing.T) {
 	for range evs { // the stream has ended: the reader closes it
 	}
 }
+
+// The live updates last as long as the right that opened them: each way
+// that right ends closes the stream, promptly, with the event "ended"
+// naming why, and the session with it. (The wait is bounded generously:
+// the end is driven by the change, not by a timer.)
+func TestSSEEndsWithItsRight(t *testing.T) {
+	rg := start(t)
+	tests := map[string]struct {
+		expires string // the token's lifetime, "" for none
+		end     func(t *testing.T, b *browser, user string, tk api.Token)
+		want    func(user string, tk api.Token) string // in the reason
+	}{
+		"token revoked": {
+			end: func(t *testing.T, _ *browser, _ string, tk api.Token) {
+				if st := rg.api(t, rg.admin, "DELETE", "/api/v1/tokens/"+tk.ID, nil, nil); st != http.StatusOK {
+					t.Fatalf("revoke: %d", st)
+				}
+			},
+			want: func(_ string, tk api.Token) string { return "token " + tk.ID + " has been revoked" },
+		},
+		"user removed": {
+			end: func(t *testing.T, _ *browser, user string, _ api.Token) {
+				if st := rg.api(t, rg.admin, "DELETE", "/api/v1/users/"+user, nil, nil); st != http.StatusOK {
+					t.Fatalf("remove the user: %d", st)
+				}
+			},
+			want: func(user string, _ api.Token) string { return "user " + user + " has been removed" },
+		},
+		"logged out elsewhere": {
+			end: func(t *testing.T, b *browser, _ string, _ api.Token) {
+				if p := b.post("/logout", nil); p.status != http.StatusSeeOther {
+					t.Fatalf("logout: %d", p.status)
+				}
+			},
+			want: func(string, api.Token) string { return "logged out" },
+		},
+		"token expired": {
+			expires: "8s",
+			end:     func(*testing.T, *browser, string, api.Token) {},
+			want:    func(string, api.Token) string { return "expired" },
+		},
+	}
+	i := 0
+	for name, tc := range tests {
+		i++
+		t.Run(name, func(t *testing.T) {
+			user := fmt.Sprintf("sse%d", i)
+			userTok := rg.addUser(t, user, false)
+			var tk api.Token
+			if st := rg.api(t, userTok, "POST", "/api/v1/tokens", api.CreateToken{Name: "ui", Expires: tc.expires}, &tk); st != http.StatusCreated {
+				t.Fatalf("create token: %d", st)
+			}
+			b := rg.browser(t)
+			b.mustLogin(tk.Token)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", rg.url+"/events", nil)
+			forever := *b.c
+			forever.Timeout = 0
+			resp, err := forever.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("/events: %d", resp.StatusCode)
+			}
+			evs := make(chan sseEvent, 64)
+			go readSSE(t, resp.Body, evs)
+
+			tc.end(t, b, user, tk)
+			want := tc.want(user, tk)
+			deadline := time.After(30 * time.Second)
+			var reason string
+		wait:
+			for {
+				select {
+				case ev, ok := <-evs:
+					if !ok {
+						t.Fatal("the stream closed without an ended event")
+					}
+					if ev.kind == "ended" {
+						var d struct{ Reason string }
+						if err := json.Unmarshal([]byte(ev.data), &d); err != nil {
+							t.Fatalf("ended %q: %v", ev.data, err)
+						}
+						reason = d.Reason
+						break wait
+					}
+				case <-deadline:
+					t.Fatal("the stream is still open 30 s after its right ended")
+				}
+			}
+			if !strings.Contains(reason, want) {
+				t.Errorf("ended because %q, want %q", reason, want)
+			}
+			// Then the stream closes, and the session is gone.
+			for range evs {
+			}
+			if p := b.get("/machines"); p.status != http.StatusSeeOther || !strings.HasPrefix(p.loc, "/login") {
+				t.Errorf("after the end: %d %q, want the login", p.status, p.loc)
+			}
+		})
+	}
+}

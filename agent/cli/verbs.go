@@ -118,7 +118,7 @@ first and last MiB of its disks.`,
 
 func usersGroup() *group {
 	g := &group{name: "users", summary: "Manage API users and their SSH keys (tokens: rackd tokens)."}
-	g.verbs = append([]*verb{usersAddVerb(), usersListVerb()}, sshKeyVerbs()...)
+	g.verbs = append([]*verb{usersAddVerb(), usersListVerb(), usersRmVerb()}, sshKeyVerbs()...)
 	for _, v := range g.verbs {
 		v.group = g.name
 	}
@@ -170,6 +170,28 @@ func usersListVerb() *verb {
 				return callAndPrint(e, func(ctx context.Context, c *client.Client) ([]api.User, error) {
 					return c.ListUsers(ctx)
 				}, func(w io.Writer, us []api.User) error { return printUsers(w, us) })
+			}
+		},
+	}
+}
+
+func usersRmVerb() *verb {
+	return &verb{
+		name:    "rm",
+		args:    []string{"NAME"},
+		summary: "remove a user with their tokens and SSH keys (admin)",
+		help: `The user's tokens stop working at once, and what they hold open (rackd
+console, the web UI) ends with a message saying why. Refused for a user
+who holds machines (release them first), for the last admin, and for the
+user admin, whose token is the admin token file's.`,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			return func(e *env, args []string) error {
+				return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.User, error) {
+					return c.RemoveUser(ctx, args[0])
+				}, func(w io.Writer, u api.User) error {
+					_, err := fmt.Fprintf(w, "Removed user %s, with their tokens and SSH keys.\n", cell(u.Name))
+					return err
+				})
 			}
 		},
 	}

@@ -283,6 +283,18 @@ func (c *Client) CreateUser(ctx context.Context, req api.CreateUser) (api.User, 
 	return u, err
 }
 
+// RemoveUser removes a user, with their tokens and SSH keys, and returns it
+// as it was.
+func (c *Client) RemoveUser(ctx context.Context, name string) (api.User, error) {
+	var u api.User
+	p, err := segmentPath("/api/v1/users/", "user name", name, "")
+	if err != nil {
+		return u, err
+	}
+	_, err = c.call(ctx, http.MethodDelete, p, nil, nil, &u)
+	return u, err
+}
+
 // ListUsers returns every user, without tokens.
 func (c *Client) ListUsers(ctx context.Context) ([]api.User, error) {
 	var us []api.User

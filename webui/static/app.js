@@ -160,6 +160,14 @@
     var since = document.body.dataset.since;
     var es = new EventSource("/events" + (since ? "?since=" + encodeURIComponent(since) : ""));
     es.addEventListener("stale", function () { es.close(); window.location.reload(); });
+    // The session's right ended (token revoked or expired, user removed,
+    // logout): back to the login.
+    es.addEventListener("ended", function (m) {
+      es.close();
+      document.body.dataset.live = "ended";
+      announce("Your session has ended: " + JSON.parse(m.data).reason);
+      window.location.reload();
+    });
     es.addEventListener("machine", function (m) { onMachine(JSON.parse(m.data)); });
     es.addEventListener("power", function (m) { onPower(JSON.parse(m.data)); });
     es.addEventListener("open", function () { document.body.dataset.live = "on"; });
