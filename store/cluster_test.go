@@ -245,6 +245,35 @@ func TestAgentsFollowEachOther(t *testing.T) {
 		}
 	})
 
+	t.Run("a user removed on A ends the rights B holds", func(t *testing.T) {
+		_, secret, err := a.CreateUser(bg, admin, "dave", false, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		caughtUp(t, cli, b)
+		actor, ok, err := b.Authenticate(secret)
+		if err != nil || !ok {
+			t.Fatalf("B authenticates dave's token: %v %v", ok, err)
+		}
+		right := store.UserRight(actor)
+		changed := b.AccessChanged()
+		if _, err := b.CheckRight(right); err != nil {
+			t.Fatalf("dave's right on B: %v", err)
+		}
+		if _, err := a.RemoveUser(bg, admin, "dave"); err != nil {
+			t.Fatal(err)
+		}
+		// B learns of it from the watch, not from a commit of its own.
+		select {
+		case <-changed:
+		case <-time.After(30 * time.Second):
+			t.Fatal("B's AccessChanged did not fire for the removal A committed")
+		}
+		if _, err := b.CheckRight(right); !store.RightLost(err) || !strings.Contains(err.Error(), "user dave has been removed") {
+			t.Fatalf("dave's right on B after the removal on A: %v", err)
+		}
+	})
+
 	t.Run("a power request made on A is told to B", func(t *testing.T) {
 		m, err := a.CreateMachine(bg, admin, store.NewMachine{Hostname: "pw1", MACs: []string{macWeb1}, State: store.StateReady,
 			Power: store.PowerParams{Driver: "fake", Address: "pw1"}})
