@@ -87,11 +87,9 @@ func TestCheckRight(t *testing.T) {
 			change: func(t *testing.T, _ *store.Store, c *clock, _ store.Actor, _ map[string]string) { c.Add(2 * time.Hour) }},
 		"console: nothing happens": {console: true, user: "alice",
 			change: func(*testing.T, *store.Store, *clock, store.Actor, map[string]string) {}},
-		"console: the owner deploys": {console: true, user: "alice",
+		"console: marked broken, the allocation kept": {console: true, user: "alice",
 			change: func(t *testing.T, s *store.Store, _ *clock, _ store.Actor, _ map[string]string) {
-				if _, err := s.Transition(t.Context(), alice, store.TransitionRequest{Machine: "m1", Action: store.ActionDeploy}); err != nil {
-					t.Fatal(err)
-				}
+				transition(t, s, root, "m1", store.ActionMarkBroken)
 			}},
 		"console: released": {console: true, user: "alice", want: "m1 has been released", code: store.CodeForbidden,
 			change: func(t *testing.T, s *store.Store, _ *clock, _ store.Actor, _ map[string]string) {
