@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sync/errgroup"
 
@@ -172,4 +174,23 @@ func TestUserFileCount(t *testing.T) {
 	if _, err := s.PutUserFile(ctx, alice, "f7", []byte("y")); err != nil {
 		t.Fatalf("replacing one at the bound: %v", err)
 	}
+}
+
+// FuzzCheckUserFileName: a file name from a client is accepted only when
+// it is 1 to 255 bytes of UTF-8 without control characters, and a refusal
+// is a CodeInvalid saying why.
+func FuzzCheckUserFileName(f *testing.F) {
+	for _, s := range []string{"provider-state", "a/b/c", "", "\x00", "é", "\xff", strings.Repeat("x", 256), "tab\there", "\u2028"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := store.CheckUserFileName(name)
+		ok := name != "" && len(name) <= 255 && utf8.ValidString(name) && !strings.ContainsFunc(name, unicode.IsControl)
+		if (err == nil) != ok {
+			t.Fatalf("CheckUserFileName(%q) = %v, want ok=%v", name, err, ok)
+		}
+		if err != nil && store.CodeOf(err) != store.CodeInvalid {
+			t.Fatalf("CheckUserFileName(%q) = %v, not a %s", name, err, store.CodeInvalid)
+		}
+	})
 }
