@@ -24,17 +24,22 @@ type bootResourceJSON struct {
 	ResourceURI  string  `json:"resource_uri"`
 }
 
-// bootResourceView is an image as MAAS shows a boot resource: named
-// os/series when the image says, by its own name otherwise; "amd64/generic"
-// for its architecture.
+// bootResourceView is an image as MAAS shows a boot resource: named by
+// its os and series, titled by its own name; "amd64/generic" for its
+// architecture.
 func bootResourceView(im store.Image) bootResourceJSON {
 	id := stableID("bootresource", im.Name+"/"+im.Arch)
 	return bootResourceJSON{ID: id, Type: "Uploaded", Name: imageMAASName(im), Architecture: im.Arch + "/generic",
 		Subarches: "generic", Title: im.Name, ResourceURI: uri("boot-resources", strconv.Itoa(id))}
 }
 
-// imageMAASName is the name MAAS's clients see for an image.
-func imageMAASName(im store.Image) string { return im.Name }
+// imageMAASName is the name MAAS's clients see for an image: its os and
+// series ("ubuntu/jammy"; "custom/NAME" for an image of no known os), the
+// names a deploy's osystem and distro_series choose it by.
+func imageMAASName(im store.Image) string {
+	os, series := imageOS(im)
+	return os + "/" + series
+}
 
 func (s *Server) bootResources() ([]bootResourceJSON, error) {
 	ims, err := s.store.Images()

@@ -115,7 +115,8 @@ func (s *Server) domains() ([]domainJSON, error) {
 			IsDefault: len(out) == 0, ResourceURI: uri("domains", strconv.Itoa(id))})
 	}
 	if out == nil {
-		out = []domainJSON{}
+		// No subnet has a domain: machines show MAAS's own default.
+		out = []domainJSON{domainOf("")}
 	}
 	return out, nil
 }

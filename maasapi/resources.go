@@ -67,6 +67,8 @@ func resourceRoutes() []Route {
 			Doc: "501: " + whyTags + "."},
 		{Method: "GET", Path: "tags/{name}/", Handler: "TagHandler", Handle: tagRead,
 			Doc: "One tag (404 when no machine carries it)."},
+		{Method: "GET", Path: "tags/{name}/", Op: "machines", Handler: "TagHandler", Handle: tagMachines,
+			Doc: "The machines with the tag that the caller may see, as machines/ shows them."},
 		{Method: "POST", Path: "tags/{name}/", Op: "update_nodes", Handler: "TagHandler", Handle: tagUpdateNodes,
 			Doc: "Admins: put the tag on the machines of add= and take it off those of remove=, in one transaction."},
 		{Method: "PUT", Path: "tags/{name}/", Handler: "TagHandler", Handle: notServed(whyTags),

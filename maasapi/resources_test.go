@@ -310,7 +310,7 @@ func TestTagsAndZones(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.st.CreateMachine(ctx, store.System, store.NewMachine{Hostname: "n2", MACs: []string{"52:54:00:00:00:02"}, Tags: []string{"gpu"}}); err != nil {
+	if _, err := ts.st.CreateMachine(ctx, store.System, store.NewMachine{Hostname: "n2", MACs: []string{"52:54:00:00:00:02"}, Tags: []string{"gpu"}, State: store.StateReady}); err != nil {
 		t.Fatal(err)
 	}
 	status, body, _ := ts.do(t, alice, "GET", "zones/", nil, "")
@@ -347,6 +347,18 @@ func TestTagsAndZones(t *testing.T) {
 	}
 	if status, _, _ := ts.do(t, admin, "POST", "tags/ssd/?op=update_nodes", url.Values{"add": {"nosuch"}}, ""); status != 404 {
 		t.Errorf("unknown machine: %d", status)
+	}
+	status, body, _ = ts.do(t, alice, "GET", "tags/gpu/?op=machines", nil, "")
+	if ms := decode[[]map[string]any](t, body); status != 200 || len(ms) != 1 || ms[0]["hostname"] != "n2" {
+		t.Fatalf("tags/gpu/?op=machines: %d %v", status, ms)
+	}
+	// Another user's held machine is not alice's to see.
+	if _, err := ts.st.Allocate(ctx, store.Actor{Name: "bob"}, store.AllocateRequest{Name: "n2", AgentName: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	status, body, _ = ts.do(t, alice, "GET", "tags/gpu/?op=machines", nil, "")
+	if ms := decode[[]map[string]any](t, body); status != 200 || len(ms) != 0 {
+		t.Fatalf("tags/gpu/?op=machines with n2 bob's: %d %v", status, ms)
 	}
 	if status, _, _ := ts.do(t, admin, "DELETE", "tags/ssd/", nil, ""); status != 200 {
 		t.Errorf("delete tag: %d", status)

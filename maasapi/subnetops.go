@@ -388,7 +388,9 @@ func subnetIPAddresses(s *Server, c *call) (any, error) {
 				}
 				machines[a.MachineID] = m
 			}
-			if m.ID != "" {
+			// Another user's held machine is not the caller's to see
+			// (store.MayView): its address shows in use, no more.
+			if m.ID != "" && store.MayView(c.who, m, m.ID) == nil {
 				e.NodeSummary = &nodeSummary{SystemID: m.ID, FQDN: fqdn(m.Hostname, sn.Domain), Hostname: m.Hostname,
 					Via: ifaceName(m, a.MAC)}
 				if withUser && m.Owner != "" {

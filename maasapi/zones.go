@@ -163,6 +163,16 @@ func tagRead(s *Server, c *call) (any, error) {
 	return tagView(c.path("name")), nil
 }
 
+// tagMachines is op=machines: the machines with the tag that the caller
+// may see, as machines/ shows them.
+func tagMachines(s *Server, c *call) (any, error) {
+	ms, err := s.taggedMachines(c.path("name"))
+	if err != nil {
+		return nil, err
+	}
+	return s.machineList(c, ms)
+}
+
 // tagUpdateNodes is op=update_nodes: add=system_id... and
 // remove=system_id... in one transaction (the store's TagMachines, admins
 // only). An unknown tag is made by the first machine given it.
