@@ -194,6 +194,13 @@ bench-metadata: build
 bench-ui: build
 	$(GO) run ./bench/ui -rackd bin/rackd $(BENCH_UI_FLAGS)
 
+## bench-maas-api: MAAS's API vs rackd's own on bin/rackd: allocate+release round trips through
+##   Juju's gomaasapi vs /api/v1, and listing 1,000 machines (NICs, disks) through machines/ vs
+##   /api/v1/machines, p99 (loopback); flags through BENCH_MAAS_API_FLAGS, e.g. '-rounds 1000'
+.PHONY: bench-maas-api
+bench-maas-api: build
+	$(GO) run ./bench/maasapi -rackd bin/rackd $(BENCH_MAAS_API_FLAGS)
+
 ## bench-power: the power queue against 1,000 simulated BMCs (50 ms a command), 5,000 requests
 ##   flags through BENCH_POWER_FLAGS, e.g. make bench-power BENCH_POWER_FLAGS='-p 64 -reps 5'
 .PHONY: bench-power
