@@ -74,15 +74,21 @@ func describe(s *Server, c *call) (any, error) {
 	}
 	base := baseURL(c.r)
 	byName := map[string]*handler{}
+	anon := map[string]bool{}
 	var names []string
+	// One resource per handler and path, as MAAS describes a handler it
+	// serves at two paths (VlanHandler) twice.
 	for _, rt := range s.routes {
-		h := byName[rt.Handler]
+		key := rt.Handler + " " + rt.Path
+		h := byName[key]
 		if h == nil {
 			h = &handler{Name: rt.Handler, Doc: rt.Handler, Params: pathParams(rt.Path), Path: Prefix + rt.Path,
 				URI: base + Prefix + rt.Path, Actions: []action{}}
-			byName[rt.Handler] = h
-			names = append(names, rt.Handler)
+			byName[key] = h
+			names = append(names, key)
+			anon[key] = rt.Anonymous
 		}
+		anon[key] = anon[key] && rt.Anonymous
 		a := action{Method: rt.Method, Restful: rt.Op == "", Doc: rt.Doc}
 		if rt.Op != "" {
 			op := rt.Op
@@ -98,7 +104,13 @@ func describe(s *Server, c *call) (any, error) {
 	var handlers []*handler
 	for _, n := range names {
 		h := byName[n]
-		resources = append(resources, resource{Name: n, Auth: h})
+		// A handler whose every operation answers without a key is
+		// anonymous, as MAAS describes version/ and describe/.
+		if anon[n] {
+			resources = append(resources, resource{Name: h.Name, Anon: h})
+		} else {
+			resources = append(resources, resource{Name: h.Name, Auth: h})
+		}
 		handlers = append(handlers, h)
 	}
 	out["resources"] = resources

@@ -294,3 +294,59 @@ func TestDecodeForm(t *testing.T) {
 		})
 	}
 }
+
+// TestDescribe: describe/ lists every route, by handler, as python-libmaas
+// reads it: the anonymous handlers under "anon", the others under "auth",
+// each action with its method and op.
+func TestDescribe(t *testing.T) {
+	ts := newTestServer(t)
+	status, body, _ := ts.do(t, "", "GET", "describe/", nil, "")
+	if status != 200 {
+		t.Fatalf("describe/: %d %s", status, body)
+	}
+	var d struct {
+		Resources []struct {
+			Name       string
+			Anon, Auth *struct {
+				Name, Path, URI string
+				Params          []string
+				Actions         []struct {
+					Name, Method string
+					Op           *string
+					Restful      bool
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &d); err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, r := range d.Resources {
+		h := r.Auth
+		if h == nil {
+			h = r.Anon
+		}
+		if h == nil || h.Name != r.Name || !strings.HasPrefix(h.Path, Prefix) || !strings.HasSuffix(h.URI, h.Path) {
+			t.Fatalf("resource %+v", r)
+		}
+		if (r.Anon != nil) != (r.Name == "VersionHandler" || r.Name == "DescribeHandler") {
+			t.Errorf("%s anonymous: %v", r.Name, r.Anon != nil)
+		}
+		for _, a := range h.Actions {
+			op := ""
+			if a.Op != nil {
+				op = *a.Op
+			}
+			served[a.Method+" "+strings.TrimPrefix(h.Path, Prefix)+" "+op] = true
+		}
+	}
+	for _, rt := range ts.srv.Routes() {
+		if !served[rt.Method+" "+rt.Path+" "+rt.Op] {
+			t.Errorf("describe/ lacks %s %s op=%q", rt.Method, rt.Path, rt.Op)
+		}
+	}
+	if len(served) != len(ts.srv.Routes()) {
+		t.Errorf("describe/ lists %d actions, the table has %d routes", len(served), len(ts.srv.Routes()))
+	}
+}

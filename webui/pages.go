@@ -265,7 +265,7 @@ func (u *UI) createToken(w http.ResponseWriter, r *http.Request, s *reqSession) 
 	res := u.call(r, s, http.MethodPost, "/api/v1/tokens", req)
 	var tk api.Token
 	if res.OK() && res.Decode(&tk) == nil {
-		u.sessions.addFlash(s.session, flash{Text: fmt.Sprintf("Token %s (%s) created for %s. Its secret (shown once):", tk.Name, tk.ID, tk.User), Secret: tk.Token})
+		u.sessions.addFlash(s.session, flash{Text: fmt.Sprintf("Token %s (%s) created for %s. Its secret (shown once):", tk.Name, tk.ID, tk.User), Secret: tk.Token, MAASKey: tk.MAASKey})
 		http.Redirect(w, r, "/users", http.StatusSeeOther)
 		return
 	}

@@ -243,6 +243,8 @@ type flash struct {
 	Text  string
 	// Secret is a token shown once, apart from the text.
 	Secret string
+	// MAASKey is the same token as a MAAS API key, shown with it.
+	MAASKey string
 }
 
 func (u *UI) parseTemplates() error {

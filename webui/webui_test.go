@@ -1296,3 +1296,31 @@ func TestSSEEndsWithItsRight(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenPageMAASKey: a token made on the tokens page is shown once as a
+// MAAS API key too, and that key is the token's (MAAS's API takes it).
+func TestTokenPageMAASKey(t *testing.T) {
+	rg := start(t)
+	tok := rg.addUser(t, "bob", false)
+	b := rg.browser(t)
+	b.mustLogin(tok)
+	p := b.follow(b.post("/tokens", url.Values{"name": {"juju"}}))
+	key := find(p.doc, func(n *html.Node) bool { return n.Data == "code" && strings.Contains(attrOf(n, "class"), "maas-key") })
+	if key == nil {
+		t.Fatalf("no MAAS key on the page after creating a token: %s", text(p.doc))
+	}
+	parts := strings.SplitN(text(key), ":", 3)
+	if len(parts) != 3 || parts[0] != "bob" || !strings.HasPrefix(parts[1], "t-") {
+		t.Fatalf("MAAS key %q, want bob:t-...:secret", text(key))
+	}
+	req, _ := http.NewRequest("GET", rg.url+"/MAAS/api/2.0/users/?op=whoami", nil)
+	req.Header.Set("Authorization", `OAuth oauth_signature_method="PLAINTEXT", oauth_consumer_key="`+parts[0]+`", oauth_token="`+parts[1]+`", oauth_signature="&`+parts[2]+`"`)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the page's MAAS key on MAAS's API: %d", resp.StatusCode)
+	}
+}
