@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -156,19 +157,79 @@ func (s *Store) Allocate(ctx context.Context, actor Actor, req AllocateRequest) 
 		res   AllocateResult
 		kicks []string
 	)
-	err := s.updateLazy(ctx, patience{group: groupAllocate}, func(t *Tx) error {
-		var err error
-		res, err = t.allocate(actor, req)
-		kicks = t.powerKicks
-		return err
-	})
-	if err == nil {
-		s.notifyPower(kicks)
+	for attempt := 0; ; attempt++ {
+		// On a shared engine the search by constraints starts from the
+		// machine a read found first (see firstMatch).
+		var from *firstMatch
+		if req.Name == "" && s.ipam.shared {
+			var err error
+			if from, err = s.findFirstMatch(req.Constraints); err != nil {
+				return AllocateResult{}, err
+			}
+		}
+		err := s.updateLazy(ctx, patience{group: groupAllocate}, func(t *Tx) error {
+			var err error
+			res, err = t.allocate(actor, req, from)
+			kicks = t.powerKicks
+			return err
+		})
+		if errors.Is(err, errLookAgain) && attempt < 8 {
+			continue
+		}
+		if err == nil {
+			s.notifyPower(kicks)
+		}
+		return res, err
 	}
-	return res, err
 }
 
-func (t *Tx) allocate(actor Actor, req AllocateRequest) (AllocateResult, error) {
+// firstMatch is where an allocation by constraints on a shared engine
+// looks: from hostname on, through at most allocScan READY machines. On an
+// engine that compares every key a transaction read (etcd, 128
+// comparisons and writes a transaction), reading every READY machine
+// passed over in the transaction would refuse an allocation whose match
+// comes after 120 others; a read finds the first match (at its snapshot)
+// without comparisons, and the transaction reads from there. A machine
+// before it that came to match meanwhile is not taken: the allocation
+// stands in the order before that change.
+type firstMatch struct {
+	hostname string
+	// none: no READY machine matched at the read's snapshot.
+	none bool
+}
+
+// allocScan bounds the READY machines one allocation by constraints reads
+// in its transaction on a shared engine, from its firstMatch on; past it,
+// the allocation looks again (errLookAgain).
+const allocScan = 32
+
+// errLookAgain sends an allocation back to look for its first match again:
+// the machines it found were taken by allocations before it.
+var errLookAgain = errors.New("store: the READY machines found were taken meanwhile: look again")
+
+// findFirstMatch reads, without a transaction's comparisons, the first
+// READY machine by hostname that matches c.
+func (s *Store) findFirstMatch(c Constraints) (*firstMatch, error) {
+	out := &firstMatch{none: true}
+	err := s.view(func(t *Tx) error {
+		*out = firstMatch{none: true}
+		cur := t.tx.Bucket(bucketFree).Cursor()
+		for host, id := cur.First(); host != nil; host, id = cur.Next() {
+			var cand Machine
+			if _, err := t.get(bucketMachines, id, &cand); err != nil {
+				return err
+			}
+			if isFree(cand) && c.match(cand) {
+				*out = firstMatch{hostname: string(host)}
+				return nil
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (t *Tx) allocate(actor Actor, req AllocateRequest, start *firstMatch) (AllocateResult, error) {
 	var m Machine
 	if req.Name != "" {
 		var err error
@@ -186,14 +247,26 @@ func (t *Tx) allocate(actor Actor, req AllocateRequest) (AllocateResult, error) 
 		}
 	} else {
 		found := false
-		c := t.tx.Bucket(bucketFree).Cursor()
-		for _, id := c.First(); id != nil && !found; _, id = c.Next() {
-			var cand Machine
-			if _, err := t.get(bucketMachines, id, &cand); err != nil {
-				return AllocateResult{}, err
+		if start == nil || !start.none {
+			c := t.tx.Bucket(bucketFree).Cursor()
+			_, id := c.First()
+			scan := -1 // no bound
+			if start != nil {
+				_, id = c.Seek([]byte(start.hostname))
+				scan = allocScan
 			}
-			if isFree(cand) && req.Constraints.match(cand) {
-				m, found = cand, true
+			for ; id != nil && !found; _, id = c.Next() {
+				if scan == 0 {
+					return AllocateResult{}, errLookAgain
+				}
+				scan--
+				var cand Machine
+				if _, err := t.get(bucketMachines, id, &cand); err != nil {
+					return AllocateResult{}, err
+				}
+				if isFree(cand) && req.Constraints.match(cand) {
+					m, found = cand, true
+				}
 			}
 		}
 		if !found {

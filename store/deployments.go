@@ -342,56 +342,93 @@ func (s *Store) Seed(ctx context.Context, phaseToken string) (SeedSource, error)
 		return SeedSource{}, refused
 	}
 	hash := []byte(HashToken(phaseToken))
-	var out SeedSource
-	err := s.update(ctx, func(t *Tx) error {
-		out = SeedSource{}
+	// The machine is found in a read: on an engine that compares every
+	// key a transaction read (etcd, 128 comparisons and writes a
+	// transaction), searching in the transaction would cost a comparison
+	// per deployment of the rack. The transaction reads that machine
+	// alone and checks the credential again.
+	var id []byte
+	err := s.view(func(t *Tx) error {
+		id = nil
 		machines := t.bucket(bucketMachines)
 		c := t.bucket(bucketDeployments).Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			data := machines.Get(k)
-			// Only DEPLOYING machines, whose record holds this hash, are
-			// decoded.
-			if st, ok := topLevelString(data, "state"); !ok || State(st) != StateDeploying || !bytes.Contains(data, hash) {
-				continue
-			}
-			var m Machine
-			if err := json.Unmarshal(data, &m); err != nil {
-				return fmt.Errorf("decode machine %s: %w", k, err)
-			}
-			cr := m.Credential
-			if cr == nil || cr.Phase != PhaseDeploy || subtle.ConstantTimeCompare(hash, []byte(cr.Hash)) != 1 {
-				continue
-			}
-			if !m.DiskWritten.IsZero() {
-				return errorf(CodeConflict, "machine %s: the image is written already (at %s): its seed went with it",
-					m.Hostname, m.DiskWritten.Format(time.RFC3339))
-			}
-			d, _, err := t.deployment(m.ID)
+			m, ok, err := seedMachine(k, machines.Get(k), hash)
 			if err != nil {
 				return err
 			}
-			out = SeedSource{Machine: m, Deployment: d, UserData: t.getRaw(bucketUserData, k),
-				OSToken: osToken(t.credKey, m.ID, d.OSNonce)}
-			if out.Addresses, err = t.seedAddresses(m); err != nil {
-				return err
-			}
-			if !d.SeedServed.IsZero() {
+			if ok {
+				id = []byte(m.ID)
 				return nil
 			}
-			d.SeedServed = t.now
-			out.Deployment = d
-			if err := t.put(bucketDeployments, []byte(m.ID), d); err != nil {
-				return err
-			}
-			return t.addEvent(Event{Machine: m.ID, Actor: ReportActor.Name, Action: "deploy-progress",
-				Reason: "seed of instance " + d.InstanceID + " fetched by the deploy environment"})
 		}
-		return refused
+		return nil
+	})
+	if err != nil {
+		return SeedSource{}, err
+	}
+	if id == nil {
+		return SeedSource{}, refused
+	}
+	var out SeedSource
+	err = s.update(ctx, func(t *Tx) error {
+		out = SeedSource{}
+		m, ok, err := seedMachine(id, t.bucket(bucketMachines).Get(id), hash)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return refused
+		}
+		if !m.DiskWritten.IsZero() {
+			return errorf(CodeConflict, "machine %s: the image is written already (at %s): its seed went with it",
+				m.Hostname, m.DiskWritten.Format(time.RFC3339))
+		}
+		d, found, err := t.deployment(m.ID)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return refused
+		}
+		out = SeedSource{Machine: m, Deployment: d, UserData: t.getRaw(bucketUserData, id),
+			OSToken: osToken(t.credKey, m.ID, d.OSNonce)}
+		if out.Addresses, err = t.seedAddresses(m); err != nil {
+			return err
+		}
+		if !d.SeedServed.IsZero() {
+			return nil
+		}
+		d.SeedServed = t.now
+		out.Deployment = d
+		if err := t.put(bucketDeployments, []byte(m.ID), d); err != nil {
+			return err
+		}
+		return t.addEvent(Event{Machine: m.ID, Actor: ReportActor.Name, Action: "deploy-progress",
+			Reason: "seed of instance " + d.InstanceID + " fetched by the deploy environment"})
 	})
 	if err != nil {
 		return SeedSource{}, err
 	}
 	return out, nil
+}
+
+// seedMachine decodes the machine record data (under key k) and reports
+// whether it is DEPLOYING with the deploy credential whose hash is hash.
+// Only records that are DEPLOYING and hold the hash are decoded.
+func seedMachine(k, data, hash []byte) (Machine, bool, error) {
+	if st, ok := topLevelString(data, "state"); !ok || State(st) != StateDeploying || !bytes.Contains(data, hash) {
+		return Machine{}, false, nil
+	}
+	var m Machine
+	if err := json.Unmarshal(data, &m); err != nil {
+		return Machine{}, false, fmt.Errorf("decode machine %s: %w", k, err)
+	}
+	cr := m.Credential
+	if cr == nil || cr.Phase != PhaseDeploy || subtle.ConstantTimeCompare(hash, []byte(cr.Hash)) != 1 {
+		return Machine{}, false, nil
+	}
+	return m, true, nil
 }
 
 // seedAddresses lists m's sticky addresses by interface, each with its

@@ -599,41 +599,69 @@ type Expiry struct {
 // than the given timeouts to FAILED_COMMISSIONING / FAILED_DEPLOYMENT, with
 // the reason in the event, and completes releases whose erase did not report
 // within the commissioning timeout. A zero timeout disables that check.
+//
+// On a shared engine it moves expireMachineChunk machines a transaction, in
+// as many as it takes: etcd bounds the operations of one, and a rack whose
+// phases all timed out together (a switch down during a mass deployment)
+// would otherwise be refused whole at every sweep. It returns the machines
+// moved so far with an error.
 func (s *Store) Expire(ctx context.Context, commissioning, deploying time.Duration) ([]Expiry, error) {
-	var (
-		expired []Expiry
-		kicks   []string
-	)
-	defer func() { s.notifyPower(kicks) }()
-	err := s.update(ctx, func(t *Tx) error {
-		expired = expired[:0]
-		defer func() { kicks = t.powerKicks }()
-		var todo []Machine
-		err := t.tx.Bucket(bucketMachines).ForEach(func(k, v []byte) error {
-			var m Machine
-			if err := json.Unmarshal(v, &m); err != nil {
-				return fmt.Errorf("decode machine %s: %w", k, err)
+	limit := 0 // none
+	if s.ipam.shared {
+		limit = expireMachineChunk
+	}
+	var all []Expiry
+	for {
+		var (
+			expired []Expiry
+			kicks   []string
+		)
+		err := s.update(ctx, func(t *Tx) error {
+			expired = expired[:0]
+			defer func() { kicks = t.powerKicks }()
+			var todo []Machine
+			err := t.tx.Bucket(bucketMachines).ForEach(func(k, v []byte) error {
+				if limit > 0 && len(todo) == limit {
+					return nil
+				}
+				var m Machine
+				if err := json.Unmarshal(v, &m); err != nil {
+					return fmt.Errorf("decode machine %s: %w", k, err)
+				}
+				if _, ok := expiry(m, t.now, commissioning, deploying); ok {
+					todo = append(todo, m)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
 			}
-			if _, ok := expiry(m, t.now, commissioning, deploying); ok {
-				todo = append(todo, m)
+			for _, m := range todo {
+				req, _ := expiry(m, t.now, commissioning, deploying)
+				done, err := t.transitionMachine(watchdogActor, m, req)
+				if err != nil {
+					return err
+				}
+				expired = append(expired, Expiry{Machine: done, From: m.State, Phase: phaseOf(m)})
 			}
 			return nil
 		})
 		if err != nil {
-			return err
+			return all, err
 		}
-		for _, m := range todo {
-			req, _ := expiry(m, t.now, commissioning, deploying)
-			done, err := t.transitionMachine(watchdogActor, m, req)
-			if err != nil {
-				return err
-			}
-			expired = append(expired, Expiry{Machine: done, From: m.State, Phase: phaseOf(m)})
+		s.notifyPower(kicks)
+		all = append(all, expired...)
+		if limit == 0 || len(expired) < limit {
+			return all, nil
 		}
-		return nil
-	})
-	return expired, err
+	}
 }
+
+// expireMachineChunk is how many machines one transaction of Expire moves
+// on a shared engine: a phase's end writes about a dozen keys (the machine,
+// its event, its power status and request, their comparisons), within
+// etcd's 128 operations a transaction.
+const expireMachineChunk = 4
 
 // watchdogActor is the actor of the watchdog's transitions in events.
 var watchdogActor = Actor{Name: "rackd/watchdog", Admin: true}

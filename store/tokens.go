@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"sort"
@@ -262,12 +264,17 @@ func (t *Tx) deleteToken(tk Token) error {
 	return t.del(bucketAPITokens, []byte(tk.ID))
 }
 
+// forEachToken calls fn with every token. It decodes what the walk read
+// rather than reading each token again: on an engine that compares every
+// key a transaction read (etcd, 128 comparisons and writes a
+// transaction), a read per token would make every new token's
+// transaction grow with the rack's tokens; the walk is one comparison.
 func (t *Tx) forEachToken(fn func(Token) error) error {
 	b := t.bucket(bucketAPITokens)
-	return b.ForEach(func(k, _ []byte) error {
+	return b.ForEach(func(k, v []byte) error {
 		var tk Token
-		if _, err := t.get(bucketAPITokens, k, &tk); err != nil {
-			return err
+		if err := json.Unmarshal(v, &tk); err != nil {
+			return fmt.Errorf("decode %s/%s: %w", bucketAPITokens, k, err)
 		}
 		return fn(tk)
 	})
