@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,8 +38,22 @@ type maasLab struct {
 
 func newMAASLab(t *testing.T) *maasLab {
 	t.Helper()
+	return newMAASLabWith(t, "")
+}
+
+// newMAASLabWith is newMAASLab with rackd's configuration (TOML).
+func newMAASLabWith(t *testing.T, config string) *maasLab {
+	t.Helper()
 	state := t.TempDir()
-	l := &maasLab{d: startDaemon(t, state)}
+	var args []string
+	if config != "" {
+		path := filepath.Join(t.TempDir(), "rackd.toml")
+		if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = []string{"--config", path}
+	}
+	l := &maasLab{d: startDaemon(t, state, args...)}
 	l.admin = adminToken(t, state)
 	l.call(t, "POST", "/api/v1/subnets", api.Subnet{CIDR: "10.77.0.0/24", Gateway: "10.77.0.1", DNSServers: []string{"10.77.0.1"},
 		Domain: "rack.test", LeaseSeconds: 600, DynamicRanges: []api.Range{{Start: "10.77.0.100", End: "10.77.0.199"}}}, http.StatusCreated, nil)
@@ -339,5 +355,136 @@ func TestMAASResourcesTerraform(t *testing.T) {
 	// A write rackd has no notion of: MAAS's 501, naming the op.
 	if _, err := c.Zones.Create(&entity.ZoneParams{Name: "z"}); err == nil || !strings.Contains(err.Error(), "501") {
 		t.Errorf("Zones.Create: %v, want a 501", err)
+	}
+}
+
+// waitStatus waits until the machine's status_name, as Terraform polls it
+// (Machine.Get), is one of want, and fails on one outside want and pass.
+func waitStatus(t *testing.T, c *client.Client, id string, pass, want []string) *entity.Machine {
+	t.Helper()
+	var m *entity.Machine
+	waitUntil(t, fmt.Sprintf("machine %s to be %v", id, want), func() bool {
+		var err error
+		if m, err = c.Machine.Get(id); err != nil {
+			t.Fatalf("Machine.Get(%s): %v", id, err)
+		}
+		if !slices.Contains(want, m.StatusName) && !slices.Contains(pass, m.StatusName) {
+			t.Fatalf("machine %s is %q on its way to %v", id, m.StatusName, want)
+		}
+		return slices.Contains(want, m.StatusName)
+	})
+	return m
+}
+
+// TestMAASTerraformMachines: Terraform's client drives a machine as its
+// maas_instance resource does (allocate, deploy with base64 user data,
+// poll until Deploying/Deployed, release with a comment, poll until
+// Releasing/Ready) and as its maas_machine resource does (create with
+// power parameters, update them, delete), against the real binary with
+// simulated BMCs.
+func TestMAASTerraformMachines(t *testing.T) {
+	l := newMAASLabWith(t, "[power.fake]\nenabled = true\n")
+	l.importDeployImage(t, "golden", "ubuntu", "noble")
+	var inst api.Machine
+	l.call(t, "POST", "/api/v1/machines", api.CreateMachine{Hostname: "inst1", Arch: "amd64", MACs: []string{"52:54:00:77:20:01"},
+		CPUCount: 8, MemoryMB: 16384, State: "READY", Power: &api.PowerParams{Driver: "fake", Address: "10.0.0.9"}}, http.StatusCreated, &inst)
+	tf := l.terraform(t, l.alice)
+
+	// maas_instance.
+	m, err := tf.Machines.Allocate(&entity.MachineAllocateParams{Name: "inst1", CPUCount: 4, Mem: 8192})
+	if err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	if m.SystemID != inst.ID || m.StatusName != "Allocated" || m.Owner != "alice" || m.Zone.Name != "default" || m.Pool.Name != "default" {
+		t.Fatalf("allocated %s %q owner %q zone %q pool %q", m.SystemID, m.StatusName, m.Owner, m.Zone.Name, m.Pool.Name)
+	}
+	// Another user's key does not see it while alice holds it.
+	bob := l.terraform(t, l.bob)
+	if _, err := bob.Machine.Get(m.SystemID); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("bob's Machine.Get of alice's machine: %v, want a 404", err)
+	}
+	if _, err := bob.Machine.Deploy(m.SystemID, &entity.MachineDeployParams{DistroSeries: "noble"}); err == nil {
+		t.Fatal("bob deployed alice's machine")
+	}
+	userData := "#cloud-config\nruncmd:\n  - touch /var/lib/terraform-was-here\n"
+	m, err = tf.Machine.Deploy(m.SystemID, &entity.MachineDeployParams{DistroSeries: "noble",
+		UserData: base64.StdEncoding.EncodeToString([]byte(userData))})
+	if err != nil {
+		t.Fatalf("Deploy: %v", err)
+	}
+	m = waitStatus(t, tf, m.SystemID, []string{"Allocated"}, []string{"Deploying", "Deployed"})
+	if m.OSystem != "ubuntu" || m.DistroSeries != "noble" {
+		t.Errorf("deploying %s/%s, want ubuntu/noble", m.OSystem, m.DistroSeries)
+	}
+	// The user data reached the deployment as it was sent, decoded.
+	var ud struct {
+		UserData []byte `json:"user_data"`
+	}
+	status, raw, err := l.d.api(http.DefaultClient, bearer(l.alice), "GET", "/api/v1/machines/"+m.SystemID+"/user-data", nil, &ud)
+	if err != nil || status != http.StatusOK || string(ud.UserData) != userData {
+		t.Fatalf("user-data: %d %s %v, want %q", status, raw, err, userData)
+	}
+	// terraform destroy in the middle of the deploy.
+	if err := tf.Machines.Release([]string{m.SystemID}, "Released by Terraform"); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	waitStatus(t, tf, m.SystemID, []string{"Deploying", "Releasing"}, []string{"Ready"})
+	var ev []api.Event
+	l.call(t, "GET", "/api/v1/machines/"+m.SystemID+"/events", nil, http.StatusOK, &ev)
+	if !slices.ContainsFunc(ev, func(e api.Event) bool { return strings.Contains(e.Reason, "Released by Terraform") }) {
+		t.Errorf("no event gives the release's comment: %+v", ev)
+	}
+
+	// maas_machine, an admin's.
+	admin := l.terraform(t, l.adminKey)
+	no := false
+	pp := map[string]any{"power_parameters_power_address": "10.0.0.21", "power_parameters_power_user": "root", "power_parameters_power_pass": "calvin"}
+	mm, err := admin.Machines.Create(&entity.MachineCreateParams{Commission: &no, PowerType: "fake", Hostname: "tf1",
+		MACAddresses: []string{"52:54:00:77:20:02"}, Architecture: "amd64/generic"}, pp)
+	if err != nil {
+		t.Fatalf("Machines.Create: %v", err)
+	}
+	if mm.Hostname != "tf1" || mm.PowerType != "fake" || mm.Architecture != "amd64/generic" || mm.StatusName != "New" ||
+		len(mm.InterfaceSet) != 1 || mm.InterfaceSet[0].MACAddress != "52:54:00:77:20:02" {
+		t.Fatalf("created %s %q %q %q %q %+v", mm.SystemID, mm.Hostname, mm.PowerType, mm.Architecture, mm.StatusName, mm.InterfaceSet)
+	}
+	// Credentials never leave rackd through an API.
+	params, err := admin.Machine.GetPowerParameters(mm.SystemID)
+	if err != nil || params["power_address"] != "10.0.0.21" || params["power_pass"] != nil || strings.Contains(fmt.Sprint(params), "calvin") {
+		t.Fatalf("power parameters: %v %v", params, err)
+	}
+	mm, err = admin.Machine.Update(mm.SystemID, &entity.MachineUpdateParams{Hostname: "tf1b", PowerType: "fake"},
+		map[string]any{"power_parameters_power_address": "10.0.0.22"})
+	if err != nil {
+		t.Fatalf("Machine.Update: %v", err)
+	}
+	if got, err := admin.Machine.Get(mm.SystemID); err != nil || got.Hostname != "tf1b" {
+		t.Fatalf("after update: %+v %v", got, err)
+	}
+	if params, err := admin.Machine.GetPowerParameters(mm.SystemID); err != nil || params["power_address"] != "10.0.0.22" {
+		t.Fatalf("power parameters after update: %v %v", params, err)
+	}
+	// Created with Terraform's default, commission: it commissions (the
+	// simulated BMC powers it into the commissioning environment).
+	mc, err := admin.Machines.Create(&entity.MachineCreateParams{PowerType: "fake", Hostname: "tf2",
+		MACAddresses: []string{"52:54:00:77:20:03"}, Architecture: "amd64/generic"}, map[string]any{"power_parameters_power_address": "10.0.0.23"})
+	if err != nil {
+		t.Fatalf("Machines.Create, commissioning: %v", err)
+	}
+	if mc.StatusName != "Commissioning" {
+		t.Fatalf("created to commission: %q", mc.StatusName)
+	}
+	// Only an admin creates machines.
+	if _, err := tf.Machines.Create(&entity.MachineCreateParams{Commission: &no, Hostname: "x", MACAddresses: []string{"52:54:00:77:20:04"}}, nil); err == nil ||
+		!strings.Contains(err.Error(), "403") {
+		t.Fatalf("alice created a machine: %v, want a 403", err)
+	}
+	for _, id := range []string{mm.SystemID} {
+		if err := admin.Machine.Delete(id); err != nil {
+			t.Fatalf("Machine.Delete(%s): %v", id, err)
+		}
+		if _, err := admin.Machine.Get(id); err == nil || !strings.Contains(err.Error(), "404") {
+			t.Fatalf("Get after Delete: %v, want a 404", err)
+		}
 	}
 }
