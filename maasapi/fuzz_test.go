@@ -52,3 +52,24 @@ func FuzzDecodeForm(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseStorage: allocate's storage= is parsed or refused, never a
+// panic; what is parsed has a positive size and a label each, no two alike.
+func FuzzParseStorage(f *testing.F) {
+	for _, s := range []string{"root:20", "root:20,data:100(ssd,fast)", "10,20", "x:1.5", "a:(", "((", "0:0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		specs, err := parseStorage(v)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, sp := range specs {
+			if sp.bytes <= 0 || seen[sp.label] {
+				t.Fatalf("%q: spec %+v", v, sp)
+			}
+			seen[sp.label] = true
+		}
+	})
+}
