@@ -1,13 +1,17 @@
 package maasapi
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"net/url"
+	"strings"
 )
 
 // Form decoding. MAAS's clients send parameters two ways: the Go clients
@@ -71,7 +75,15 @@ func decodeForm(contentType string, body io.Reader, limit int64) (form, error) {
 		if boundary == "" {
 			return f, errors.New("multipart/form-data without a boundary")
 		}
-		mf, err := multipart.NewReader(lr, boundary).ReadForm(limit)
+		body, boundary, err := decodeTransferEncodings(lr, boundary)
+		if err != nil {
+			var tl errBodyTooLarge
+			if errors.As(err, &tl) {
+				return f, tl
+			}
+			return f, fmt.Errorf("malformed multipart body: %v", err)
+		}
+		mf, err := multipart.NewReader(body, boundary).ReadForm(limit)
 		if err != nil {
 			var tl errBodyTooLarge
 			if errors.As(err, &tl) {
@@ -108,6 +120,51 @@ func decodeForm(contentType string, body io.Reader, limit int64) (form, error) {
 		return f, fmt.Errorf("content type %q is not accepted: send application/x-www-form-urlencoded or multipart/form-data", truncate(mt, 64))
 	}
 	return f, nil
+}
+
+// decodeTransferEncodings rewrites a multipart body whose parts carry
+// Content-Transfer-Encoding: base64 (python-libmaas encodes every part so,
+// as Django reads it) into one of plain parts, which mime/multipart's
+// ReadForm reads (it decodes quoted-printable only). The body is read
+// whole, through r's bound; at most maxFormValues+1 parts.
+func decodeTransferEncodings(r io.Reader, boundary string) (io.Reader, string, error) {
+	mr := multipart.NewReader(r, boundary)
+	var out bytes.Buffer
+	w := multipart.NewWriter(&out)
+	for n := 0; ; n++ {
+		p, err := mr.NextPart()
+		if err == io.EOF { // the closing boundary (a body cut short is a wrapped EOF)
+			break
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		if n > maxFormValues {
+			return nil, "", fmt.Errorf("more than %d parts", maxFormValues)
+		}
+		var content io.Reader = p
+		if strings.EqualFold(strings.TrimSpace(p.Header.Get("Content-Transfer-Encoding")), "base64") {
+			// MIME's base64 has line breaks, which the decoder skips.
+			content = base64.NewDecoder(base64.StdEncoding, p)
+		}
+		h := textproto.MIMEHeader{}
+		for _, k := range []string{"Content-Disposition", "Content-Type"} {
+			if v := p.Header.Get(k); v != "" {
+				h.Set(k, v)
+			}
+		}
+		pw, err := w.CreatePart(h)
+		if err != nil {
+			return nil, "", err
+		}
+		if _, err := io.Copy(pw, content); err != nil {
+			return nil, "", fmt.Errorf("part %d: %w", n, err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, "", err
+	}
+	return &out, w.Boundary(), nil
 }
 
 // readForm decodes a request's parameters: its query (op left out) and,

@@ -37,6 +37,8 @@ func FuzzDecodeForm(f *testing.F) {
 	f.Add("multipart/form-data; boundary=b", []byte("--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--b--\r\n"))
 	f.Add("multipart/form-data; boundary=b", []byte("--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\nxyz\r\n--b--\r\n"))
 	f.Add("", []byte(""))
+	py, pyType := pythonMultipart([][2]string{{"name", "n1"}}, [2]string{"file", "x"})
+	f.Add(pyType, py)
 	f.Fuzz(func(t *testing.T, ctype string, body []byte) {
 		const limit = 4096
 		fm, err := decodeForm(ctype, bytes.NewReader(body), limit)

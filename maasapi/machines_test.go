@@ -1,9 +1,11 @@
 package maasapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/url"
 	"slices"
 	"strings"
@@ -461,5 +463,79 @@ func TestDeploy(t *testing.T) {
 	}
 	if ud, err := ts.st.UserData(store.System, m.ID); err != nil || string(ud) != "#cloud-config\n" {
 		t.Errorf("user data %q %v", ud, err)
+	}
+}
+
+// pythonMultipart encodes params as python-libmaas does (email's
+// MIMEMultipart): every part base64 with a Content-Transfer-Encoding
+// header, strings text/plain, other values application/octet-stream.
+func pythonMultipart(params [][2]string, file [2]string) ([]byte, string) {
+	const boundary = "===============6215376483271736131=="
+	var b strings.Builder
+	part := func(name, ctype, filename string, content []byte) {
+		b.WriteString("--" + boundary + "\r\n")
+		b.WriteString("Content-Type: " + ctype + "\r\nMIME-Version: 1.0\r\nContent-Transfer-Encoding: base64\r\n")
+		disp := `form-data; name="` + name + `"`
+		if filename != "" {
+			disp += `; filename="` + filename + `"`
+		}
+		b.WriteString("Content-Disposition: " + disp + "\r\n\r\n")
+		enc := base64.StdEncoding.EncodeToString(content)
+		for len(enc) > 76 {
+			b.WriteString(enc[:76] + "\r\n")
+			enc = enc[76:]
+		}
+		b.WriteString(enc + "\r\n")
+	}
+	for _, p := range params {
+		part(p[0], `text/plain; charset="utf-8"`, "", []byte(p[1]))
+	}
+	if file[0] != "" {
+		part(file[0], "application/octet-stream", file[0], []byte(file[1]))
+	}
+	b.WriteString("--" + boundary + "--\r\n")
+	return []byte(b.String()), `multipart/form-data; boundary="` + boundary + `"`
+}
+
+// TestPythonMultipart: python-libmaas's and Ansible's multipart bodies,
+// every part in base64, are read as their values.
+func TestPythonMultipart(t *testing.T) {
+	ts := newTestServer(t)
+	key, _ := ts.key(t, "alice", false)
+	m := ts.readyMachine(t, "node1", "52:54:00:00:00:01")
+	long := strings.Repeat("juju-model-", 20)
+	body, ctype := pythonMultipart([][2]string{{"name", "node1"}, {"agent_name", long}}, [2]string{})
+	status, out, _ := ts.do(t, oauthHeader(key), "POST", "machines/?op=allocate", body, ctype)
+	if status != 200 {
+		t.Fatalf("allocate: %d %s", status, out)
+	}
+	if got, _ := ts.st.Machine(m.ID); got.AgentName != long {
+		t.Fatalf("agent name %q, want %q", got.AgentName, long)
+	}
+	body, ctype = pythonMultipart([][2]string{{"unit", "mysql/0"}}, [2]string{})
+	status, out, _ = ts.do(t, oauthHeader(key), "POST", "machines/"+m.ID+"/?op=set_owner_data", body, ctype)
+	if status != 200 || decodeMachine(t, out)["owner_data"].(map[string]any)["unit"] != "mysql/0" {
+		t.Fatalf("set_owner_data: %d %s", status, out)
+	}
+	// A file part: its content decoded too.
+	body, ctype = pythonMultipart([][2]string{{"filename", "state"}}, [2]string{"file", "provider-state: 1\n"})
+	f, err := decodeForm(ctype, bytes.NewReader(body), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.cleanup()
+	fh := f.files["file"]
+	if len(fh) != 1 || f.values.Get("filename") != "state" {
+		t.Fatalf("file form: %v %v", f.values, f.files)
+	}
+	rd, _ := fh[0].Open()
+	content, _ := io.ReadAll(rd)
+	if string(content) != "provider-state: 1\n" {
+		t.Fatalf("file content %q", content)
+	}
+	// Bad base64 is a malformed body.
+	bad := bytes.Replace(body, []byte("c3RhdGU="), []byte("c3R!!!U="), 1)
+	if _, err := decodeForm(ctype, bytes.NewReader(bad), 1<<20); err == nil {
+		t.Fatalf("bad base64 in a part decoded")
 	}
 }
