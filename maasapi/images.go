@@ -21,8 +21,10 @@ func imageOS(im store.Image) (string, string) {
 }
 
 // deployImage is the image a deploy of m with osystem and series asks for:
-// "" (the machine's default) when neither is given; else the deploy image
-// of m's arch with that os and series, or a 400 naming those rackd has.
+// without either, the machine's last image, else the one deploy image of
+// its arch when there is one ("" otherwise: the store refuses, naming
+// them); with them, the deploy image of m's arch with that os and series,
+// or a 400 naming those rackd has.
 func (s *Server) deployImage(m store.Machine, osystem, series string) (string, error) {
 	if o, sr, ok := strings.Cut(series, "/"); ok {
 		if osystem != "" && osystem != o {
@@ -31,12 +33,24 @@ func (s *Server) deployImage(m store.Machine, osystem, series string) (string, e
 		}
 		osystem, series = o, sr
 	}
-	if osystem == "" && series == "" {
-		return "", nil
-	}
 	ims, err := s.store.Images()
 	if err != nil {
 		return "", err
+	}
+	if osystem == "" && series == "" {
+		if m.DeployImage != "" {
+			return "", nil
+		}
+		var only []string
+		for _, im := range ims {
+			if im.Purpose == store.PurposeDeploy && im.Arch == m.Arch {
+				only = append(only, im.Name)
+			}
+		}
+		if len(only) == 1 {
+			return only[0], nil
+		}
+		return "", nil
 	}
 	var have []string
 	for _, im := range ims {

@@ -210,10 +210,10 @@ func TestMachinesFilters(t *testing.T) {
 	}
 }
 
-// TestAllocateSeed000: a machine reserved by name under an agent name is
+// TestAllocateReservedByName: a machine reserved by name under an agent name is
 // that agent's to take again (a no-op), nobody else's; its allocation
 // token hands it to another agent.
-func TestAllocateSeed000(t *testing.T) {
+func TestAllocateReservedByName(t *testing.T) {
 	ts := newTestServer(t)
 	alice, _ := ts.key(t, "alice", false)
 	bob, _ := ts.key(t, "bob", false)
@@ -448,6 +448,11 @@ func TestDeploy(t *testing.T) {
 			t.Errorf("deploy %v: %d %s, want 400 with %q", c.params, st, body, c.want)
 		}
 	}
+	// Without a series, a machine never deployed has no image to default
+	// to among two: the store's refusal names them.
+	if st, body := deploy(url.Values{}); st != 400 || !strings.Contains(body, "jammy-server-cloudimg-amd64") {
+		t.Errorf("deploy without a series: %d %s", st, body)
+	}
 	ud := base64.StdEncoding.EncodeToString([]byte("#cloud-config\n"))
 	st, body := deploy(url.Values{"distro_series": {"ubuntu/jammy"}, "user_data": {ud}, "hwe_kernel": {"hwe-22.04"}})
 	if st != 200 {
@@ -537,5 +542,29 @@ func TestPythonMultipart(t *testing.T) {
 	bad := bytes.Replace(body, []byte("c3RhdGU="), []byte("c3R!!!U="), 1)
 	if _, err := decodeForm(ctype, bytes.NewReader(bad), 1<<20); err == nil {
 		t.Fatalf("bad base64 in a part decoded")
+	}
+}
+
+// TestDeployDefaultImage: without a series, the one deploy image of the
+// machine's arch is deployed (and a Ready machine allocated first).
+func TestDeployDefaultImage(t *testing.T) {
+	ts := newTestServer(t)
+	alice, _ := ts.key(t, "alice", false)
+	m := ts.readyMachine(t, "node1", "52:54:00:00:00:01")
+	im := store.Image{Name: "noble-server-cloudimg-amd64", Arch: "amd64", Purpose: store.PurposeDeploy,
+		Files: []store.ImageFile{{Path: "disk.img", Role: "disk", SHA256: strings.Repeat("b", 64), Size: 1}}}
+	if _, err := ts.st.PutImage(context.Background(), store.System, im); err != nil {
+		t.Fatal(err)
+	}
+	st, body := ts.maas(t, alice, "POST", "machines/"+m.ID+"/?op=deploy", url.Values{"agent_name": {"tf"}})
+	if st != 200 {
+		t.Fatalf("deploy: %d %s", st, body)
+	}
+	v := decodeMachine(t, body)
+	if v["status_name"] != "Deploying" || v["owner"] != "alice" || v["distro_series"] != "noble" {
+		t.Fatalf("deployed %v %v %v", v["status_name"], v["owner"], v["distro_series"])
+	}
+	if got, _ := ts.st.Machine(m.ID); got.AgentName != "tf" {
+		t.Errorf("agent name %q", got.AgentName)
 	}
 }

@@ -23,8 +23,8 @@ import (
 
 // Machines through Juju's own client (gomaasapi v2.4.0) against the real
 // rackd binary: every machine it decodes passes its schema checks, so a
-// missing or mistyped field fails here. The scenario is seed 000's: an
-// installer reserves a node by name under an agent name through /api/v1,
+// missing or mistyped field fails here. The scenario is the one Juju's
+// users asked MAAS for: an installer reserves a node by name under an agent name through /api/v1,
 // Juju (same key, same agent name) takes it with AllocateMachine as a
 // no-op, another agent name gets gomaasapi's no-match error, and the
 // allocation token hands the node to Juju's own agent name.
@@ -114,7 +114,8 @@ func machineIDs(ms []gomaasapi.Machine) []string {
 	return out
 }
 
-// TestMAASJujuMachines is seed 000, then the machine calls Juju makes,
+// TestMAASJujuMachines is the reserved-node handover, then the machine
+// calls Juju makes,
 // through gomaasapi against the real binary.
 func TestMAASJujuMachines(t *testing.T) {
 	l := newMAASLab(t)
@@ -135,7 +136,7 @@ func TestMAASJujuMachines(t *testing.T) {
 		}
 	}
 
-	// Seed 000: the installer reserves elkhart by name under agent name U
+	// The installer reserves elkhart by name under agent name U
 	// through /api/v1 (the same user, with its bearer token).
 	const agentU = "autopilot-5f1b"
 	var alloc api.Allocation
