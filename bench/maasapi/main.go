@@ -271,8 +271,9 @@ func allocRelease(ctx context.Context, o options, ctrl gomaasapi.Controller, n *
 			break
 		}
 		// A release ends once rackd's releaser has the machine READY
-		// again, after the answer: each round starts on a READY machine,
-		// waited for outside the time measured.
+		// again, after the answer: each round starts on a READY machine
+		// and no release of an earlier round still under way, waited for
+		// outside the time measured.
 		name := fmt.Sprintf("pool%03d", (i+4)%o.pool)
 		if err := n.waitReady(ctx, name); err != nil {
 			return 0, 0, err
@@ -290,6 +291,11 @@ func allocRelease(ctx context.Context, o options, ctrl gomaasapi.Controller, n *
 			return 0, 0, err
 		}
 		dn := time.Since(t1)
+		// And ends READY: the releaser's commit of one round must not
+		// run during the next round, which it would slow.
+		if err := n.waitReady(ctx, name); err != nil {
+			return 0, 0, err
+		}
 		if i >= 0 {
 			maasTime += dm
 			nativeTime += dn
