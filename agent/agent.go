@@ -474,19 +474,17 @@ func (a *Agent) sweep(ctx context.Context) {
 			a.metrics.watchdogSweeps.WithLabelValues("ok").Inc()
 		}
 	}()
-	expired, err := a.store.Expire(ctx, time.Duration(a.cfg.Lifecycle.CommissioningTimeout),
-		time.Duration(a.cfg.Lifecycle.DeployingTimeout))
+	expired, err := a.store.Expire(ctx, store.Timeouts{Commissioning: time.Duration(a.cfg.Lifecycle.CommissioningTimeout),
+		Deploying: time.Duration(a.cfg.Lifecycle.DeployingTimeout), Releasing: time.Duration(a.cfg.Lifecycle.ReleasingTimeout)})
 	if err != nil && ctx.Err() == nil {
 		failed = true
 		a.log.Error("watchdog", "err", err)
 	}
 	for _, e := range expired {
-		timeout := a.cfg.Lifecycle.CommissioningTimeout
-		if e.Phase == store.PhaseDeploy {
-			timeout = a.cfg.Lifecycle.DeployingTimeout
+		if e.Phase != "" {
+			a.phases.failures.WithLabelValues(e.Phase, "timeout").Inc()
+			a.phases.duration.WithLabelValues(e.Phase, "failed").Observe(e.Timeout.Seconds())
 		}
-		a.phases.failures.WithLabelValues(e.Phase, "timeout").Inc()
-		a.phases.duration.WithLabelValues(e.Phase, "failed").Observe(time.Duration(timeout).Seconds())
 		a.metrics.watchdogExpired.WithLabelValues(string(e.From)).Inc()
 		a.log.Warn("machine timed out", "machine", e.Machine.ID, "hostname", e.Machine.Hostname, "from", e.From, "to", e.Machine.State)
 	}
@@ -511,9 +509,12 @@ func (a *Agent) sweep(ctx context.Context) {
 }
 
 // releaser completes releases: RELEASING -> READY, once the power queue has
-// powered the machine off (the RELEASING policy queued that); a machine
-// without a power driver has nothing to wait for. The store decides and
-// completes in one transaction (FinishRelease).
+// powered the machine off (the RELEASING policy queued that, and
+// FinishRelease queues it again for a release that has nothing open and is
+// not known off); a machine without a power driver has nothing to wait for.
+// The store decides and completes in one transaction (FinishRelease); a
+// failed power-off fails the release there (FinishPower), and the
+// watchdog's releasing timeout bounds the rest (Expire).
 func (a *Agent) releaser(ctx context.Context) {
 	for {
 		select {
@@ -524,7 +525,7 @@ func (a *Agent) releaser(ctx context.Context) {
 			m := res.Machine
 			switch {
 			case err == nil && res.Wait == store.WaitPowerOff:
-				a.log.Warn("release waits for the machine to be powered off", "machine", m.ID, "hostname", m.Hostname,
+				a.log.Info("release queued the power-off it waits for", "machine", m.ID, "hostname", m.Hostname, "request", res.Queued,
 					"last_request", res.Power.LastRequest, "outcome", res.Power.LastOutcome, "observed", res.Power.Observed)
 			case err == nil && res.Wait != "":
 				// The erase's report (or the watchdog), or the power

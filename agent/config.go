@@ -70,6 +70,7 @@ type Config struct {
 	Lifecycle struct {
 		CommissioningTimeout Duration `toml:"commissioning_timeout"`
 		DeployingTimeout     Duration `toml:"deploying_timeout"`
+		ReleasingTimeout     Duration `toml:"releasing_timeout"`
 		WatchdogInterval     Duration `toml:"watchdog_interval"`
 	} `toml:"lifecycle"`
 	Store   StoreConfig   `toml:"store"`

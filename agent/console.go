@@ -81,6 +81,9 @@ func (a *Agent) newConsoles() error {
 // allocation changes with an event).
 func (a *Agent) onStoreEvent(e store.Event) {
 	a.rights.machineChanged(e.Machine)
+	if e.Actor == store.PowerActor.Name && e.To != "" {
+		a.powerTransition(e)
+	}
 	if a.ui != nil {
 		a.ui.Hub().Event(e)
 	}

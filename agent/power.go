@@ -135,3 +135,16 @@ func (a *Agent) machinePower(w http.ResponseWriter, r *http.Request, _ store.Act
 	}
 	writeJSON(w, http.StatusOK, v)
 }
+
+// powerTransition counts a transition a failed power request forced
+// (store.FinishPower): a phase that could not power its machine on, a
+// release that could not power it off.
+func (a *Agent) powerTransition(e store.Event) {
+	a.metrics.transitions.WithLabelValues(e.Action).Inc()
+	phase := map[store.State]string{store.StateCommissioning: store.PhaseCommission, store.StateDeploying: store.PhaseDeploy}[e.From]
+	if phase != "" && a.phases != nil {
+		a.phases.failures.WithLabelValues(phase, "power").Inc()
+	}
+	a.log.Warn("a failed power request ended the machine's state", "machine", e.Machine, "action", e.Action,
+		"from", e.From, "to", e.To, "reason", e.Reason)
+}

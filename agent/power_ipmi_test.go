@@ -127,10 +127,12 @@ func TestPowerRealBMC(t *testing.T) {
 
 // TestPowerRealBMCRefusesBootDevice: a real BMC (ipmi_sim) that refuses
 // set-boot-device fails the commissioning power-on with one clear error and
-// a power-failed event saying so, and the machine is not powered on; once
-// the BMC takes the command again, enforcement powers the machine on with
-// next boot PXE, as the phase's first power-on would have (a machine with
-// an installed disk powered on without it boots the disk).
+// a power-failed event saying so, and the machine is not powered on; the
+// commissioning cannot go on, so it fails at once with that error; once the
+// BMC takes the command again, commissioning again (a retry from
+// FAILED_COMMISSIONING: a cycle) powers the machine on with next boot PXE
+// set first (a machine with an installed disk powered on without it boots
+// the disk).
 func TestPowerRealBMCRefusesBootDevice(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for the test peers (ipmi_sim, ipmitool from scripts/test-deps.sh); run as root or via make test")
@@ -179,11 +181,25 @@ func TestPowerRealBMCRefusesBootDevice(t *testing.T) {
 	if on, err := sim.Power(); err != nil || on {
 		t.Errorf("the machine was powered on (%v, %v) although the BMC refused set-boot-device", on, err)
 	}
+	waitStateLong(t, ta, "n", "FAILED_COMMISSIONING")
+	evs = ta.events(t, "n")
+	var failed api.Event
+	for _, e := range evs {
+		if e.Action == "commissioning-failed" {
+			failed = e
+		}
+	}
+	if failed.Actor != "rackd/power" || !strings.Contains(failed.Reason, "BMC refused set-boot-device: ") {
+		t.Errorf("commissioning-failed event %+v, want the BMC's refusal as its reason", failed)
+	}
 
-	// The BMC takes set-boot-device again: enforcement powers the
+	// The BMC takes set-boot-device again: commissioning again powers the
 	// machine on, and the boot device was set to PXE first.
 	if err := os.Remove(refuse); err != nil {
 		t.Fatal(err)
+	}
+	if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/n/commission", nil, &m); status != 200 {
+		t.Fatalf("commission again: %d %s", status, raw)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -192,12 +208,12 @@ func TestPowerRealBMCRefusesBootDevice(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("enforcement did not power the machine on within 60s; hook log:\n%s", sim.HookLog())
+			t.Fatalf("the second commissioning did not power the machine on within 60s; hook log:\n%s", sim.HookLog())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if boot, _ := sim.BootDevice(); boot != "pxe" {
-		t.Errorf("enforcement powered the machine on with boot device %q, want pxe; hook log:\n%s", boot, sim.HookLog())
+		t.Errorf("the second commissioning powered the machine on with boot device %q, want pxe; hook log:\n%s", boot, sim.HookLog())
 	}
 }
 

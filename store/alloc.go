@@ -375,7 +375,9 @@ const (
 	// running; the queue sends the machine again when it is done.
 	WaitPowerQueue ReleaseWait = "power-queue"
 	// WaitPowerOff: the last power request did not end in done, or the
-	// machine was last seen on.
+	// machine was last seen on, and nothing was open: FinishRelease queued
+	// a power-off (ReleaseResult.Queued), which the queue sends the
+	// machine again for.
 	WaitPowerOff ReleaseWait = "power-off"
 )
 
@@ -388,6 +390,9 @@ type ReleaseResult struct {
 	Wait ReleaseWait
 	// Power is the machine's power status as the decision saw it.
 	Power PowerStatus
+	// Queued is the power-off FinishRelease queued for a release that
+	// waited for one nobody had queued (WaitPowerOff); "" otherwise.
+	Queued string
 }
 
 // FinishRelease completes a release (RELEASING -> READY) once nothing
@@ -396,10 +401,22 @@ type ReleaseResult struct {
 // an erase waits for the erase's report; a machine with a power driver that
 // rackd drives (drives reports which) waits until it has no open power
 // request and its last one ended done with the machine not seen on. A
-// machine without such a driver has nothing to wait for. A machine that is
-// not RELEASING is refused with CodeInvalidTransition (the release was
-// completed already, or the machine moved on), one that does not exist with
-// CodeNotFound.
+// machine without such a driver has nothing to wait for.
+//
+// Every wait has what ends it: the erase's report or the erase timeout
+// (Expire); the open request, which the queue finishes within its bounds
+// (done: the next call completes; failed: FinishPower fails the release);
+// and when nothing is open yet the machine is not known off (a release
+// from before the RELEASING policy queued its own off, a machine seen on
+// since), this call queues the power-off itself. The release timeout
+// (Expire) bounds the whole. A machine with the manual driver is READY
+// once the queue has handed its power-off to the operator: rackd cannot
+// see a human press the button, and its event says the power must be
+// turned off by hand.
+//
+// A machine that is not RELEASING is refused with CodeInvalidTransition
+// (the release was completed already, or the machine moved on), one that
+// does not exist with CodeNotFound.
 func (s *Store) FinishRelease(ctx context.Context, id string, drives func(driver string) bool) (ReleaseResult, error) {
 	var (
 		res   ReleaseResult
@@ -415,11 +432,23 @@ func (s *Store) FinishRelease(ctx context.Context, id string, drives func(driver
 		}
 		res.Machine = m
 		if m.State == StateReleasing {
-			if res.Wait, res.Power, err = t.releaseWait(m, drives); err != nil || res.Wait != "" {
+			if res.Wait, res.Power, err = t.releaseWait(m, drives); err != nil {
 				return err
 			}
+			if res.Wait == WaitPowerOff {
+				r, err := t.enqueuePower(m, PowerOff, System.Name, "release: the machine is not known to be off and no power-off was queued")
+				res.Queued = r.ID
+				return err
+			}
+			if res.Wait != "" {
+				return nil
+			}
 		}
-		res.Machine, err = t.transitionMachine(System, m, TransitionRequest{Machine: m.ID, Action: ActionReleaseDone, Reason: "machine released"})
+		reason := "machine released"
+		if m.Power.Driver == "manual" {
+			reason = "machine released; its power driver is manual: the operator was asked to power it off by hand (rackd cannot check)"
+		}
+		res.Machine, err = t.transitionMachine(System, m, TransitionRequest{Machine: m.ID, Action: ActionReleaseDone, Reason: reason})
 		return err
 	})
 	if err != nil {

@@ -327,7 +327,7 @@ func TestOSNeverReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = now.Add(10 * time.Minute)
-	exp, err := s.Expire(context.Background(), time.Hour, 10*time.Minute)
+	exp, err := s.Expire(context.Background(), store.Timeouts{Commissioning: time.Hour, Deploying: 10 * time.Minute})
 	if err != nil || len(exp) != 1 || exp[0].Machine.State != store.StateFailedDeployment || exp[0].Phase != store.PhaseDeploy {
 		t.Fatalf("expire: %+v %v", exp, err)
 	}

@@ -150,7 +150,7 @@ func TestConsoleTailOnFailure(t *testing.T) {
 	mu.Lock()
 	now = now.Add(2 * time.Hour)
 	mu.Unlock()
-	if _, err := s.Expire(t.Context(), time.Hour, time.Hour); err != nil {
+	if _, err := s.Expire(t.Context(), store.Timeouts{Commissioning: time.Hour, Deploying: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	evs, err := s.Events(m.ID, 0)
@@ -174,7 +174,7 @@ func TestConsoleTailOnFailure(t *testing.T) {
 	mu.Lock()
 	now = now.Add(2 * time.Hour)
 	mu.Unlock()
-	s.Expire(t.Context(), time.Hour, time.Hour)
+	s.Expire(t.Context(), store.Timeouts{Commissioning: time.Hour, Deploying: time.Hour})
 	evs, _ = s.Events(m.ID, 0)
 	if last := evs[len(evs)-1]; last.To != store.StateFailedCommissioning || last.Console != "" {
 		t.Errorf("without the hook: %+v", last)

@@ -120,7 +120,7 @@ func TestWatchdogExpiresManyOnEtcd(t *testing.T) {
 		}
 	}
 	clk.Advance(2 * time.Hour)
-	exp, err := s.Expire(bg, time.Hour, time.Hour)
+	exp, err := s.Expire(bg, store.Timeouts{Commissioning: time.Hour, Deploying: time.Hour})
 	if err != nil {
 		t.Fatalf("expire %d commissionings at once: %v", n, err)
 	}

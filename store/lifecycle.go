@@ -62,6 +62,7 @@ const (
 	ActionDeploymentDone      Action = "deployment-done"
 	ActionDeploymentFailed    Action = "deployment-failed"
 	ActionReleaseDone         Action = "release-done"
+	ActionReleaseFailed       Action = "release-failed"
 )
 
 // Actions lists every action.
@@ -69,7 +70,7 @@ var Actions = []Action{
 	ActionCommission, ActionAllocate, ActionDeploy, ActionRelease,
 	ActionMarkBroken, ActionMarkFixed, ActionRetire,
 	ActionCommissioningDone, ActionCommissioningFailed,
-	ActionDeploymentDone, ActionDeploymentFailed, ActionReleaseDone,
+	ActionDeploymentDone, ActionDeploymentFailed, ActionReleaseDone, ActionReleaseFailed,
 }
 
 // transitions is the lifecycle: for each action, the states it may start
@@ -95,6 +96,12 @@ var transitions = map[Action]struct {
 	// powered off, as from DEPLOYED.
 	ActionRelease:     {[]State{StateAllocated, StateDeploying, StateDeployed, StateFailedDeployment}, StateReleasing},
 	ActionReleaseDone: {[]State{StateReleasing}, StateReady},
+	// A release that cannot power its machine off (the power-off failed
+	// after the queue's retries, or the release outlived its timeout) must
+	// not hand the machine to the next user, who would find it running
+	// what it ran: BROKEN, for a human (mark-fixed then brings it READY,
+	// whose policy powers it off).
+	ActionReleaseFailed: {[]State{StateReleasing}, StateBroken},
 	// Idle: nobody holds the machine and nothing is running on its behalf.
 	ActionRetire: {[]State{StateNew, StateReady, StateFailedCommissioning, StateBroken}, StateRetired},
 }

@@ -33,6 +33,7 @@ func TestLifecycleExhaustive(t *testing.T) {
 		ActionDeploymentFailed:    {D: FD},
 		ActionRelease:             {A: REL, D: REL, DD: REL, FD: REL},
 		ActionReleaseDone:         {REL: R},
+		ActionReleaseFailed:       {REL: B},
 		ActionMarkBroken:          {N: B, C: B, FC: B, R: B, A: B, D: B, DD: B, FD: B, REL: B, RET: B},
 		ActionMarkFixed:           {B: R},
 		ActionRetire:              {N: RET, R: RET, FC: RET, B: RET},
@@ -41,7 +42,7 @@ func TestLifecycleExhaustive(t *testing.T) {
 	target := map[Action]State{
 		ActionCommission: C, ActionCommissioningDone: R, ActionCommissioningFailed: FC,
 		ActionAllocate: A, ActionDeploy: D, ActionDeploymentDone: DD, ActionDeploymentFailed: FD,
-		ActionRelease: REL, ActionReleaseDone: R, ActionMarkBroken: B, ActionMarkFixed: R, ActionRetire: RET,
+		ActionRelease: REL, ActionReleaseDone: R, ActionReleaseFailed: B, ActionMarkBroken: B, ActionMarkFixed: R, ActionRetire: RET,
 	}
 	if len(allowed) != len(Actions) || len(States) != 11 {
 		t.Fatalf("the test's table covers %d actions of %d, %d states", len(allowed), len(Actions), len(States))
@@ -66,8 +67,8 @@ func TestLifecycleExhaustive(t *testing.T) {
 			})
 		}
 	}
-	if cells != 11*12 {
-		t.Fatalf("covered %d cells, want 132", cells)
+	if cells != 11*13 {
+		t.Fatalf("covered %d cells, want 143", cells)
 	}
 }
 

@@ -471,6 +471,12 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 			"set one with rackd machines set %s --power-driver ipmi --power-address HOST --power-user USER "+
 			"(or --power-driver manual to power it by hand)", m.Hostname, m.Hostname)
 	}
+	if req.Action == ActionRelease && req.Erase && m.Power.Driver == "" {
+		// The same for an erase: the release would wait for an erase
+		// report that nothing boots, and end READY unerased.
+		return Machine{}, errorf(CodeConflict, "machine %s has no power driver, so nothing would boot the erase environment: "+
+			"release it without erase, or set a power driver first (--power-driver manual to power it by hand)", m.Hostname)
+	}
 	return t.transitionMachine(actor, m, req)
 }
 
@@ -582,30 +588,46 @@ func withMachine(err error, m Machine) error {
 	return err
 }
 
-// Expiry is one machine the watchdog moved out of a phase that took too
+// Expiry is one machine the watchdog moved out of a state that took too
 // long.
 type Expiry struct {
 	// Machine is the machine as the expiry left it.
 	Machine Machine
 	// From is the state it timed out in: COMMISSIONING, DEPLOYING, or
-	// RELEASING for an erase that never reported.
+	// RELEASING (an erase that never reported, or a release that never
+	// saw its machine off).
 	From State
 	// Phase is the phase that timed out (PhaseCommission, PhaseDeploy,
-	// PhaseErase).
+	// PhaseErase); "" for a release without an erase.
 	Phase string
+	// Timeout is the bound it outlived.
+	Timeout time.Duration
+}
+
+// Timeouts bound the states that wait for something outside the store (a
+// report, a power-off). Zero disables that bound.
+type Timeouts struct {
+	// Commissioning bounds COMMISSIONING, and a release's erase.
+	Commissioning time.Duration
+	// Deploying bounds DEPLOYING.
+	Deploying time.Duration
+	// Releasing bounds a release without an erase: a machine that is not
+	// seen off within it is BROKEN (release-failed).
+	Releasing time.Duration
 }
 
 // Expire moves machines that have been COMMISSIONING or DEPLOYING for longer
-// than the given timeouts to FAILED_COMMISSIONING / FAILED_DEPLOYMENT, with
-// the reason in the event, and completes releases whose erase did not report
-// within the commissioning timeout. A zero timeout disables that check.
+// than their timeouts to FAILED_COMMISSIONING / FAILED_DEPLOYMENT, with the
+// reason in the event, completes releases whose erase did not report within
+// the commissioning timeout, and fails releases (BROKEN) that did not end
+// within the releasing timeout.
 //
 // On a shared engine it moves expireMachineChunk machines a transaction, in
 // as many as it takes: etcd bounds the operations of one, and a rack whose
 // phases all timed out together (a switch down during a mass deployment)
 // would otherwise be refused whole at every sweep. It returns the machines
 // moved so far with an error.
-func (s *Store) Expire(ctx context.Context, commissioning, deploying time.Duration) ([]Expiry, error) {
+func (s *Store) Expire(ctx context.Context, to Timeouts) ([]Expiry, error) {
 	limit := 0 // none
 	if s.ipam.shared {
 		limit = expireMachineChunk
@@ -628,7 +650,7 @@ func (s *Store) Expire(ctx context.Context, commissioning, deploying time.Durati
 				if err := json.Unmarshal(v, &m); err != nil {
 					return fmt.Errorf("decode machine %s: %w", k, err)
 				}
-				if _, ok := expiry(m, t.now, commissioning, deploying); ok {
+				if _, _, ok := expiry(m, t.now, to); ok {
 					todo = append(todo, m)
 				}
 				return nil
@@ -637,12 +659,24 @@ func (s *Store) Expire(ctx context.Context, commissioning, deploying time.Durati
 				return err
 			}
 			for _, m := range todo {
-				req, _ := expiry(m, t.now, commissioning, deploying)
+				req, timeout, _ := expiry(m, t.now, to)
+				if req.Action == ActionReleaseFailed {
+					// Say what the release waited for.
+					ps, err := t.powerStatus(m)
+					if err != nil {
+						return err
+					}
+					open, err := t.openPower(m.ID)
+					if err != nil {
+						return err
+					}
+					req.Reason += releaseWaitDetail(ps, open)
+				}
 				done, err := t.transitionMachine(watchdogActor, m, req)
 				if err != nil {
 					return err
 				}
-				expired = append(expired, Expiry{Machine: done, From: m.State, Phase: phaseOf(m)})
+				expired = append(expired, Expiry{Machine: done, From: m.State, Phase: phaseOf(m), Timeout: timeout})
 			}
 			return nil
 		})
@@ -666,27 +700,43 @@ const expireMachineChunk = 4
 // watchdogActor is the actor of the watchdog's transitions in events.
 var watchdogActor = Actor{Name: "rackd/watchdog", Admin: true}
 
-// expiry is the watchdog's rule: the transition that ends m's phase when it
-// has lasted longer than its timeout at now, and false when m is not in a
-// phase or still has time.
-func expiry(m Machine, now time.Time, commissioning, deploying time.Duration) (TransitionRequest, bool) {
+// expiry is the watchdog's rule: the transition that ends m's phase (or
+// release) when it has lasted longer than its timeout at now, and that
+// timeout; false when m is in none or still has time.
+func expiry(m Machine, now time.Time, to Timeouts) (TransitionRequest, time.Duration, bool) {
+	commissioning, deploying := to.Commissioning, to.Deploying
 	age := now.Sub(m.StateSince)
 	switch {
 	case m.State == StateCommissioning && commissioning > 0 && age > commissioning:
 		return TransitionRequest{Machine: m.ID, Action: ActionCommissioningFailed,
-			Reason: fmt.Sprintf("timeout: commissioning did not finish within %s", commissioning)}, true
+			Reason: fmt.Sprintf("timeout: commissioning did not finish within %s", commissioning)}, commissioning, true
 	case m.State == StateDeploying && deploying > 0 && age > deploying && !m.DiskWritten.IsZero():
-		return TransitionRequest{Machine: m.ID, Action: ActionDeploymentFailed, Reason: deployingExpiry(m, deploying)}, true
+		return TransitionRequest{Machine: m.ID, Action: ActionDeploymentFailed, Reason: deployingExpiry(m, deploying)}, deploying, true
 	case m.State == StateDeploying && deploying > 0 && age > deploying:
 		return TransitionRequest{Machine: m.ID, Action: ActionDeploymentFailed,
-			Reason: fmt.Sprintf("timeout: deployment did not finish within %s", deploying)}, true
+			Reason: fmt.Sprintf("timeout: deployment did not finish within %s", deploying)}, deploying, true
 	case m.State == StateReleasing && m.Erase && commissioning > 0 && age > commissioning:
 		// The erase environment never reported: the release completes,
 		// and the event says the disks were not erased.
 		return TransitionRequest{Machine: m.ID, Action: ActionReleaseDone,
-			Reason: fmt.Sprintf("timeout: erase did not finish within %s; released without erasing", commissioning)}, true
+			Reason: fmt.Sprintf("timeout: erase did not finish within %s; released without erasing", commissioning)}, commissioning, true
+	case m.State == StateReleasing && !m.Erase && to.Releasing > 0 && age > to.Releasing:
+		return TransitionRequest{Machine: m.ID, Action: ActionReleaseFailed,
+			Reason: fmt.Sprintf("timeout: the release did not see the machine powered off within %s", to.Releasing)}, to.Releasing, true
 	}
-	return TransitionRequest{}, false
+	return TransitionRequest{}, 0, false
+}
+
+// releaseWaitDetail says, for a release that timed out, what it was
+// waiting for.
+func releaseWaitDetail(ps PowerStatus, open []PowerRequest) string {
+	switch {
+	case len(open) > 0:
+		return fmt.Sprintf(" (power request %s %s still %s)", open[len(open)-1].ID, open[len(open)-1].Action, open[len(open)-1].State)
+	case ps.LastRequest == "":
+		return " (no power request ended)"
+	}
+	return fmt.Sprintf(" (last power request %s ended %s; power observed %s)", ps.LastRequest, ps.LastOutcome, ps.Observed)
 }
 
 // eventKey orders a machine's events by sequence under its id.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -600,16 +601,22 @@ func TestExpire(t *testing.T) {
 		"r-old":   {store.StateReady, nil, 10 * time.Hour},
 		"a-old":   {store.StateReady, []store.Action{store.ActionAllocate}, 10 * time.Hour},
 		"dd-old":  {store.StateDeployed, nil, 10 * time.Hour},
+		// Releases whose power-off never showed (manual power: nothing
+		// runs the queue in this test).
+		"rel-old":   {store.StateReady, []store.Action{store.ActionAllocate, store.ActionRelease}, 61 * time.Minute},
+		"rel-young": {store.StateReady, []store.Action{store.ActionAllocate, store.ActionRelease}, 5 * time.Minute},
 	}
 	tests := map[string]struct {
 		commissioning, deploying time.Duration
 		expired                  map[string]store.State
+		releasing                time.Duration
 	}{
-		"both":                   {timeout, timeout, map[string]store.State{"c-old": store.StateFailedCommissioning, "d-old": store.StateFailedDeployment}},
-		"commissioning disabled": {0, timeout, map[string]store.State{"d-old": store.StateFailedDeployment}},
-		"deploying disabled":     {timeout, 0, map[string]store.State{"c-old": store.StateFailedCommissioning}},
-		"both disabled":          {0, 0, nil},
-		"short timeouts":         {time.Minute, time.Minute, map[string]store.State{"c-old": store.StateFailedCommissioning, "c-limit": store.StateFailedCommissioning, "c-young": store.StateFailedCommissioning, "d-old": store.StateFailedDeployment, "d-young": store.StateFailedDeployment}},
+		"releasing":              {0, 0, map[string]store.State{"rel-old": store.StateBroken}, timeout},
+		"both":                   {timeout, timeout, map[string]store.State{"c-old": store.StateFailedCommissioning, "d-old": store.StateFailedDeployment}, 0},
+		"commissioning disabled": {0, timeout, map[string]store.State{"d-old": store.StateFailedDeployment}, 0},
+		"deploying disabled":     {timeout, 0, map[string]store.State{"c-old": store.StateFailedCommissioning}, 0},
+		"both disabled":          {0, 0, nil, 0},
+		"short timeouts":         {time.Minute, time.Minute, map[string]store.State{"c-old": store.StateFailedCommissioning, "c-limit": store.StateFailedCommissioning, "c-young": store.StateFailedCommissioning, "d-old": store.StateFailedDeployment, "d-young": store.StateFailedDeployment}, 0},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -638,7 +645,7 @@ func TestExpire(t *testing.T) {
 			for host := range machines {
 				before[host], _ = s.Machine(host)
 			}
-			got, err := s.Expire(t.Context(), tc.commissioning, tc.deploying)
+			got, err := s.Expire(t.Context(), store.Timeouts{Commissioning: tc.commissioning, Deploying: tc.deploying, Releasing: tc.releasing})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -677,9 +684,13 @@ func TestExpire(t *testing.T) {
 					ev[0].From != before[host].State || !strings.HasPrefix(ev[0].Reason, "timeout:") {
 					t.Errorf("%s: last event %+v, want a watchdog timeout", host, ev)
 				}
+				if want == store.StateBroken && (ev[0].Action != string(store.ActionReleaseFailed) ||
+					!regexp.MustCompile(`^timeout: the release did not see the machine powered off within 1h0m0s \(power request pr-\d+ off still pending\)$`).MatchString(ev[0].Reason)) {
+					t.Errorf("%s: %+v, want release-failed saying what the release waited for", host, ev[0])
+				}
 			}
 			// A second pass finds nothing more to do.
-			if again, err := s.Expire(t.Context(), tc.commissioning, tc.deploying); err != nil || len(again) != 0 {
+			if again, err := s.Expire(t.Context(), store.Timeouts{Commissioning: tc.commissioning, Deploying: tc.deploying}); err != nil || len(again) != 0 {
 				t.Errorf("second Expire = %+v, %v; want nothing", again, err)
 			}
 		})

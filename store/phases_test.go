@@ -209,7 +209,7 @@ func TestDeployReport(t *testing.T) {
 
 func TestEraseRelease(t *testing.T) {
 	s := storetest.New(t)
-	m := ready(t, s, "e1")
+	m := create(t, s, store.NewMachine{Hostname: "e1", State: store.StateReady, Power: manual})
 	allocate(t, s, admin, "e1", "a")
 	m, err := s.StartRelease(context.Background(), admin, m.ID, "done with it", true)
 	if err != nil {
@@ -249,7 +249,7 @@ func TestEraseTimeout(t *testing.T) {
 	s := storetest.New(t, func(o *store.Options) {
 		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	})
-	m := ready(t, s, "e1")
+	m := create(t, s, store.NewMachine{Hostname: "e1", State: store.StateReady, Power: manual})
 	allocate(t, s, admin, "e1", "a")
 	m, err := s.StartRelease(context.Background(), admin, m.ID, "", true)
 	if err != nil {
@@ -259,7 +259,7 @@ func TestEraseTimeout(t *testing.T) {
 	mu.Lock()
 	now = now.Add(2 * time.Hour)
 	mu.Unlock()
-	expired, err := s.Expire(context.Background(), time.Hour, 0)
+	expired, err := s.Expire(context.Background(), store.Timeouts{Commissioning: time.Hour})
 	if err != nil || len(expired) != 1 || expired[0].Machine.State != store.StateReady || expired[0].Machine.Credential != nil ||
 		expired[0].From != store.StateReleasing || expired[0].Phase != store.PhaseErase {
 		t.Fatalf("%+v %v", expired, err)

@@ -139,21 +139,27 @@ type PowerPolicy struct {
 	// Desired is on or off; unknown leaves the desired power as it is.
 	Desired power.State
 	Mode    PowerMode
-	// Once: apply at the transition even when nothing seems to change (off
-	// once, then expect).
+	// Once: queue the request at every entry into the state, even when
+	// nothing seems to change (failed states: off once, then expect; a
+	// release: the power-off it waits for, whatever was asked before).
 	Once bool
 }
 
 // PowerPolicyFor is the per-state policy table (docs/ARCHITECTURE.md
-// section 3): idle machines are kept off; machines being commissioned or
-// deployed are kept on and boot from the network (NextBootFor); failed,
-// broken and retired machines are powered off once and then only watched,
-// so a human can debug them; a deployed machine's power is its owner's
-// business.
+// section 3): idle machines are kept off; a release powers its machine off
+// at every entry (FinishRelease waits for that request: a machine released
+// from ALLOCATED was "off" by policy already, and without a request of its
+// own its release waited for one nobody queued); machines being
+// commissioned or deployed are kept on and boot from the network
+// (NextBootFor); failed, broken and retired machines are powered off once
+// and then only watched, so a human can debug them; a deployed machine's
+// power is its owner's business.
 func PowerPolicyFor(s State) PowerPolicy {
 	switch s {
-	case StateNew, StateReady, StateAllocated, StateReleasing:
+	case StateNew, StateReady, StateAllocated:
 		return PowerPolicy{Desired: power.StateOff, Mode: ModeEnforce}
+	case StateReleasing:
+		return PowerPolicy{Desired: power.StateOff, Mode: ModeEnforce, Once: true}
 	case StateCommissioning, StateDeploying:
 		return PowerPolicy{Desired: power.StateOn, Mode: ModeEnforce}
 	case StateFailedCommissioning, StateFailedDeployment, StateBroken, StateRetired:
@@ -527,12 +533,23 @@ func (s *Store) PowerProgress(ctx context.Context, id string, attempts int, phas
 // FinishPower writes a running request's fate: done or failed (with the
 // BMC's error, which also goes into the machine's history) after attempts
 // tries. observed, when not unknown, is the power the queue saw last.
+//
+// A failed request that the machine's state needed (powerFailure) moves
+// the machine out of that state in the same transaction: a phase that
+// cannot power its machine on fails with the BMC's error as the reason, a
+// release that cannot power it off is BROKEN.
 func (s *Store) FinishPower(ctx context.Context, id string, state PowerRequestState, attempts int, errText string, observed power.State) (PowerRequest, error) {
 	if state != PowerDone && state != PowerFailed {
 		return PowerRequest{}, fmt.Errorf("store: FinishPower with state %q", state)
 	}
-	var r PowerRequest
+	var (
+		r     PowerRequest
+		kicks []string
+	)
+	defer func() { s.notifyPower(kicks) }()
 	err := s.update(ctx, func(t *Tx) error {
+		t.powerKicks = nil
+		defer func() { kicks = t.powerKicks }()
 		var (
 			seq uint64
 			err error
@@ -566,13 +583,63 @@ func (s *Store) FinishPower(ctx context.Context, id string, state PowerRequestSt
 		if err := t.put(bucketPowerState, []byte(m.ID), ps); err != nil {
 			return err
 		}
-		if state == PowerFailed {
-			return t.addEvent(Event{Machine: m.ID, Actor: "rackd/power", Action: "power-failed",
-				Reason: fmt.Sprintf("%s %s (asked by %s) failed after %d attempt(s): %s", r.ID, r.Action, r.Who, r.Attempts, errText)})
+		if state != PowerFailed {
+			return nil
 		}
-		return nil
+		failure := fmt.Sprintf("%s %s (asked by %s) failed after %d attempt(s): %s", r.ID, r.Action, r.Who, r.Attempts, errText)
+		if err := t.addEvent(Event{Machine: m.ID, Actor: PowerActor.Name, Action: "power-failed", Reason: failure}); err != nil {
+			return err
+		}
+		action, why, ok := powerFailure(m, r)
+		if !ok {
+			return nil
+		}
+		_, err = t.transitionMachine(PowerActor, m, TransitionRequest{Machine: m.ID, Action: action, Reason: why + ": " + failure})
+		return err
 	})
+	if err != nil {
+		kicks = nil
+	}
 	return r, err
+}
+
+// PowerActor is the actor of the power queue's outcomes in events: a
+// failed request, drift, and the transitions a failed request forces.
+var PowerActor = Actor{Name: "rackd/power", Admin: true}
+
+// powerFailure is the rule of a power request r that failed after the
+// queue's retries: the transition it forces on m, and the reason's start;
+// false when it forces none. A state that needs its machine powered
+// cannot wait for a power change that will not happen:
+//   - COMMISSIONING and DEPLOYING need the machine on (to boot the
+//     environment, or the image written): a failed on or cycle fails the
+//     phase at once, as MAAS does, rather than leaving it to the watchdog;
+//   - an erasing release needs it on to boot the erase environment, a
+//     release without an erase needs it off: either failing is a failed
+//     release (BROKEN), since the machine may still run what its last user
+//     left on it.
+//
+// Only a request made in the current state counts (created at or after
+// m.StateSince): an older one that fails late (an admin's on before the
+// commission) did not decide the phase, and the phase's own request
+// follows it in the queue. Queries and requests that lead away from what
+// the state needs (an admin's off during a deployment) force nothing.
+func powerFailure(m Machine, r PowerRequest) (Action, string, bool) {
+	if r.Created.Before(m.StateSince) {
+		return "", "", false
+	}
+	final := r.Action.Final()
+	switch {
+	case m.State == StateCommissioning && final == power.StateOn:
+		return ActionCommissioningFailed, "commission failed: rackd could not power the machine on", true
+	case m.State == StateDeploying && final == power.StateOn:
+		return ActionDeploymentFailed, "deploy failed: rackd could not power the machine on", true
+	case m.State == StateReleasing && m.Erase && final == power.StateOn:
+		return ActionReleaseFailed, "release failed: rackd could not power the machine on to erase its disks", true
+	case m.State == StateReleasing && !m.Erase && final == power.StateOff:
+		return ActionReleaseFailed, "release failed: rackd could not power the machine off (it may still run what its last user left on it)", true
+	}
+	return "", "", false
 }
 
 // Observation is what ObservePower concluded.
@@ -611,7 +678,7 @@ func (s *Store) ObservePower(ctx context.Context, machine string, observed power
 			ps.Drift = false
 		case ps.Mode == ModeExpect && !ps.Drift:
 			ps.Drift, o.Drift = true, true
-			if err := t.addEvent(Event{Machine: m.ID, Actor: "rackd/power", Action: "power-drift",
+			if err := t.addEvent(Event{Machine: m.ID, Actor: PowerActor.Name, Action: "power-drift",
 				Reason: fmt.Sprintf("power is %s, expected %s (%s: reported, not corrected)", observed, ps.Desired, m.State)}); err != nil {
 				return err
 			}

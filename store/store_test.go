@@ -260,7 +260,7 @@ func TestContextCancelled(t *testing.T) {
 			return err
 		},
 		"Expire": func(ctx context.Context, s *Store) error {
-			_, err := s.Expire(ctx, time.Nanosecond, time.Nanosecond)
+			_, err := s.Expire(ctx, Timeouts{Commissioning: time.Nanosecond, Deploying: time.Nanosecond})
 			return err
 		},
 	}

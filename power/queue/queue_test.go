@@ -659,9 +659,10 @@ func TestPollEnforceAndExpect(t *testing.T) {
 }
 
 // TestPhasePowerOnAlwaysCarriesNextBoot: a BMC that refuses set-boot-device
-// fails the commissioning power-on with a clear error and event, and no
-// power-on is sent; once it accepts again, the enforcement that powers the
-// machine on sets next boot PXE first, as the phase's first power-on does
+// fails the commissioning power-on with a clear error and event, no
+// power-on is sent, and the commissioning fails with that error (the store
+// ends a phase whose power-on failed); once the BMC accepts again, the
+// commissioning's retry sets next boot PXE first and powers the machine on
 // (without it, a machine with an installed disk boots that disk).
 func TestPhasePowerOnAlwaysCarriesNextBoot(t *testing.T) {
 	cfg := fastConfig()
@@ -696,10 +697,18 @@ func TestPhasePowerOnAlwaysCarriesNextBoot(t *testing.T) {
 		t.Errorf("%d power-ons sent while the BMC refused set-boot-device", n)
 	}
 
-	// The BMC takes boot-device commands again: enforcement (the machine
-	// is off, COMMISSIONING wants it on) powers it on, with next boot PXE.
+	h.waitFor("the commissioning to fail", func() bool {
+		m, _ := h.st.Machine(id)
+		return m.State == store.StateFailedCommissioning
+	})
+
+	// The BMC takes boot-device commands again: commissioning again powers
+	// the machine on, with next boot PXE.
 	h.fake.FailCommand("bmc1", powertest.CmdBoot, 0, nil)
-	h.waitFor("enforcement to power the machine on", func() bool { return h.fake.State(key) == power.StateOn })
+	if _, err := h.st.Transition(context.Background(), admin, store.TransitionRequest{Machine: id, Action: store.ActionCommission}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the retry to power the machine on", func() bool { return h.fake.State(key) == power.StateOn })
 	if dev, boots := h.fake.BootedFrom(key); dev != power.BootPXE || boots != 1 {
 		t.Errorf("the machine booted %d time(s), the last from %q; want once, from pxe", boots, dev)
 	}
