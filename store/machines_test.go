@@ -465,15 +465,16 @@ func TestTransitionPermissions(t *testing.T) {
 		code    store.Code // "" for success
 		message string
 	}{
-		"owner deploys":               {alice, "mine", store.ActionDeploy, "", ""},
-		"owner releases":              {alice, "mine", store.ActionRelease, "", ""},
-		"admin deploys another's":     {admin, "bobs", store.ActionDeploy, "", ""},
-		"admin releases another's":    {admin, "bobs", store.ActionRelease, "", ""},
-		"system marks broken":         {store.System, "mine", store.ActionMarkBroken, "", ""},
-		"deploy another's":            {alice, "bobs", store.ActionDeploy, store.CodeForbidden, "machine bobs is not yours"},
-		"release another's":           {alice, "bobs", store.ActionRelease, store.CodeForbidden, "machine bobs is not yours"},
-		"deploy an unheld machine":    {alice, "free", store.ActionDeploy, store.CodeForbidden, "not yours"},
-		"release an unheld machine":   {alice, "free", store.ActionRelease, store.CodeForbidden, "not yours"},
+		"owner deploys":            {alice, "mine", store.ActionDeploy, "", ""},
+		"owner releases":           {alice, "mine", store.ActionRelease, "", ""},
+		"admin deploys another's":  {admin, "bobs", store.ActionDeploy, "", ""},
+		"admin releases another's": {admin, "bobs", store.ActionRelease, "", ""},
+		"system marks broken":      {store.System, "mine", store.ActionMarkBroken, "", ""},
+		"deploy another's":         {alice, "bobs", store.ActionDeploy, store.CodeForbidden, "machine bobs is not yours"},
+		"release another's":        {alice, "bobs", store.ActionRelease, store.CodeForbidden, "machine bobs is not yours"},
+		"deploy an unheld machine": {alice, "free", store.ActionDeploy, store.CodeForbidden, "not yours"},
+		// Nothing to release: the lifecycle's refusal, not one of rights.
+		"release an unheld machine":   {alice, "free", store.ActionRelease, store.CodeInvalidTransition, "cannot release a machine that is READY"},
 		"commission":                  {alice, "new", store.ActionCommission, store.CodeForbidden, "only an admin may commission"},
 		"mark own machine broken":     {alice, "mine", store.ActionMarkBroken, store.CodeForbidden, "only an admin may mark-broken"},
 		"retire":                      {alice, "free", store.ActionRetire, store.CodeForbidden, "only an admin"},
