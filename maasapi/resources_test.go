@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"mime/multipart"
 	"net/netip"
 	"net/url"
@@ -163,6 +164,17 @@ func TestIPAddresses(t *testing.T) {
 	if got, err := ts.st.DNSForward("sw1.rack.example"); err != nil || len(got) != 1 || got[0] != a("10.0.0.50") {
 		t.Fatalf("DNS of the reservation: %v %v", got, err)
 	}
+	// A reservation is rackd's own: DHCP never hands it out, even from
+	// its dynamic range, and asking for it is not enough.
+	post(alice, "reserve", url.Values{"ip": {"10.0.0.100"}}, 200)
+	for i := range 3 {
+		mac := fmt.Sprintf("52:54:00:00:10:%02x", i)
+		g, err := ts.st.DHCPOffer(context.Background(), store.LeaseRequest{MAC: mac, Link: a("10.0.0.1"), IP: a("10.0.0.100")})
+		if err != nil || !g.Address.IP.IsValid() || g.Address.IP == a("10.0.0.100") {
+			t.Fatalf("DHCP offer to %s: %v %v", mac, g.Address.IP, err)
+		}
+	}
+	post(alice, "release", url.Values{"ip": {"10.0.0.100"}}, 200)
 	post(bob, "reserve", url.Values{"ip": {"10.0.0.50"}}, 409)
 	post(bob, "reserve", url.Values{}, 400)
 	post(bob, "reserve", url.Values{"ip": {"192.0.2.1"}}, 400)

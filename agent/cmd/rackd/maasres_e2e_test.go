@@ -31,6 +31,7 @@ import (
 // users with MAAS API keys.
 type maasLab struct {
 	d          *daemon
+	state      string // rackd's state directory
 	admin      string // the admin's bearer token
 	alice, bob string // MAAS API keys
 	adminKey   string
@@ -53,7 +54,7 @@ func newMAASLabWith(t *testing.T, config string) *maasLab {
 		}
 		args = []string{"--config", path}
 	}
-	l := &maasLab{d: startDaemon(t, state, args...)}
+	l := &maasLab{d: startDaemon(t, state, args...), state: state}
 	l.admin = adminToken(t, state)
 	l.call(t, "POST", "/api/v1/subnets", api.Subnet{CIDR: "10.77.0.0/24", Gateway: "10.77.0.1", DNSServers: []string{"10.77.0.1"},
 		Domain: "rack.test", LeaseSeconds: 600, DynamicRanges: []api.Range{{Start: "10.77.0.100", End: "10.77.0.199"}}}, http.StatusCreated, nil)
@@ -219,6 +220,18 @@ func TestMAASResourcesJuju(t *testing.T) {
 		t.Fatal(err)
 	} else if got, _ := f.ReadAll(); string(got) != "v2" {
 		t.Errorf("after replacing: %q", got)
+	}
+	// Files are kept: a rackd killed and started again serves them.
+	l.d.kill()
+	l.d = startDaemon(t, l.state)
+	c = l.juju(t, l.alice)
+	if f, err := c.GetFile("ctrl-provider-state"); err != nil {
+		t.Fatalf("GetFile after a restart: %v", err)
+	} else if got, _ := f.ReadAll(); string(got) != "v2" {
+		t.Errorf("after a restart: %q", got)
+	}
+	if files, err = c.Files("ctrl-"); err != nil || len(files) != 2 {
+		t.Fatalf("Files after a restart: %v %v", files, err)
 	}
 	// Another user's key: no such file, to Juju a NoMatch.
 	bob := l.juju(t, l.bob)
