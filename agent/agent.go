@@ -104,6 +104,10 @@ type Agent struct {
 	applianceMu sync.Mutex
 	exitReq     atomic.Pointer[ExitRequest]
 	stopServe   atomic.Pointer[context.CancelCauseFunc]
+	// serving is set once Serve has started everything it serves: an
+	// error before it is a failed start (see serve's undo of the state
+	// directory).
+	serving atomic.Bool
 	// api is the API's handler (Handler), built once; ui is the web UI
 	// served beside it, whose actions go through api; routeAccess is the
 	// route table's access levels, for the UI to ask.
@@ -425,6 +429,19 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	// hijacked, which the HTTP server's shutdown does not wait for.
 	g.Go(func() error { a.recorder.run(gctx); return nil })
 	a.warnBootReach(ln.Addr())
+	// Serving means every socket is bound: a port taken fails the start
+	// here, before rackd says it serves.
+	for _, ready := range a.socketsReady() {
+		select {
+		case <-ready:
+		case <-gctx.Done():
+			err = g.Wait()
+			err = errors.Join(err, a.closeAll())
+			a.log.Info("rackd stopped")
+			return err
+		}
+	}
+	a.serving.Store(true)
 	a.log.Info("rackd serving", "url", "http://"+ln.Addr().String(), "version", Version,
 		"state_dir", a.cfg.StateDir, "admin_token", a.AdminTokenPath())
 	err = g.Wait()
@@ -439,6 +456,22 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 		return e
 	}
 	return err
+}
+
+// socketsReady is the channels closed once each of the agent's sockets
+// beside the API's is bound.
+func (a *Agent) socketsReady() []<-chan struct{} {
+	var out []<-chan struct{}
+	if a.dhcp != nil {
+		out = append(out, a.dhcp.Ready())
+	}
+	if a.tftp != nil {
+		out = append(out, a.tftp.Ready())
+	}
+	if a.dns != nil {
+		out = append(out, a.dns.Ready())
+	}
+	return out
 }
 
 // Close releases what New opened (the store, probers, drivers) for an agent

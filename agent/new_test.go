@@ -158,16 +158,25 @@ func TestNewFailureReleases(t *testing.T) {
 	}
 }
 
-// rackd serve whose API port is taken closes the agent it had opened.
+// rackd serve whose API port is taken fails before it opens anything; one
+// that fails after it opened the agent (the TFTP port taken: bound as
+// Serve starts) closes what it had opened and removes what it wrote in
+// the state directory, which it found empty.
 func TestServePortInUse(t *testing.T) {
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	state := t.TempDir()
+	heldUDP, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer heldUDP.Close()
+	logs := t.TempDir()
 	conf := filepath.Join(t.TempDir(), "rackd.toml")
-	if err := os.WriteFile(conf, []byte("[power.fake]\nenabled = true\nlog = \""+filepath.Join(state, "power.log")+"\"\n"), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte("[power.fake]\nenabled = true\nlog = \""+filepath.Join(logs, "power.log")+"\"\n"+
+		"[tftp]\nlisten = \""+heldUDP.LocalAddr().String()+"\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	getenv := func(k string) string {
@@ -176,13 +185,37 @@ func TestServePortInUse(t *testing.T) {
 		}
 		return ""
 	}
-	before := openFiles(t, state)
+	empty := func(dir string) {
+		t.Helper()
+		if es, err := os.ReadDir(dir); err != nil || len(es) != 0 {
+			t.Errorf("state directory after the failed start: %d entries (%v), want none", len(es), err)
+		}
+	}
+
+	state := t.TempDir()
 	err = serve(context.Background(), []string{"--config", conf, "--state-dir", state, "--listen", held.Addr().String()}, io.Discard, getenv)
 	if err == nil || !strings.Contains(err.Error(), "already in use") {
 		t.Fatalf("serve on a taken port: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(state, "power.log")); err != nil {
+	empty(state)
+	if _, err := os.Stat(filepath.Join(logs, "power.log")); err == nil {
+		t.Errorf("the agent was opened although the API's port was taken")
+	}
+
+	before, beforeLogs := openFiles(t, state), openFiles(t, logs)
+	err = serve(context.Background(), []string{"--config", conf, "--state-dir", state, "--listen", "127.0.0.1:0"}, io.Discard, getenv)
+	if err == nil || !strings.Contains(err.Error(), "tftp") {
+		t.Fatalf("serve with the TFTP port taken: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(logs, "power.log")); err != nil {
 		t.Fatalf("the fake power log was never opened, so the test shows nothing: %v", err)
 	}
-	assertReleased(t, state, before)
+	for dir, had := range map[string]map[string]bool{state: before, logs: beforeLogs} {
+		for f := range openFiles(t, dir) {
+			if !had[f] {
+				t.Errorf("still open: %s", f)
+			}
+		}
+	}
+	empty(state)
 }

@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -100,40 +102,134 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		}
 	}
 	log := newLogger(cfg, stderr)
-	a, err := New(cfg, log)
-	if err != nil {
-		return err
-	}
-	if *rotate {
-		if _, _, err := a.RotateAdminToken(ctx, store.System); err != nil {
-			a.Close()
-			return fmt.Errorf("rotate the admin token: %w", err)
-		}
-	}
+	// The API's port first: a port taken (the commonest failed start)
+	// fails before anything is written.
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		a.Close()
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return fmt.Errorf("cannot listen on %s: the address is already in use (another rackd? choose another with --listen): %w", cfg.Listen, err)
 		}
 		return fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err)
+	}
+	// A start that fails leaves no state it created: the state
+	// directory's entries it made (all of it, when it made the directory)
+	// are removed again, so the next start is a first start again, with
+	// its admin user and token, not half of one. On an etcd store the
+	// database is the cluster's, not the directory's: what the start
+	// wrote there (an admin user, whose token file names it) stays.
+	undo := &stateUndo{}
+	if cfg.Store.URL == "" {
+		if undo, err = noteStateDir(cfg.StateDir); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	failed := func(a *Agent, err error) error {
+		if a != nil {
+			err = errors.Join(err, a.Close())
+		}
+		ln.Close()
+		if uerr := undo.remove(); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+		return err
+	}
+	a, err := New(cfg, log)
+	if err != nil {
+		return failed(nil, err)
+	}
+	if *rotate {
+		if _, _, err := a.RotateAdminToken(ctx, store.System); err != nil {
+			return failed(a, fmt.Errorf("rotate the admin token: %w", err))
+		}
 	}
 	// RACKD_CPUPROFILE=FILE profiles the whole run (a debugging aid for
 	// performance work; the profile is written at shutdown).
 	if path := getenv("RACKD_CPUPROFILE"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
-			a.Close()
-			return fmt.Errorf("cpu profile: %w", err)
+			return failed(a, fmt.Errorf("cpu profile: %w", err))
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
-			a.Close()
-			return fmt.Errorf("cpu profile: %w", err)
+			return failed(a, fmt.Errorf("cpu profile: %w", err))
 		}
 		defer pprof.StopCPUProfile()
 	}
-	return a.Serve(ctx, ln)
+	err = a.Serve(ctx, ln)
+	if err != nil && !a.serving.Load() {
+		// Serve closed the agent; what it wrote goes too.
+		if uerr := undo.remove(); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+	}
+	return err
+}
+
+// stateUndo is what a start may remove again when it fails: the entries of
+// the state directory that were not there before it (or the directory
+// itself, and any parents, when they were not).
+type stateUndo struct {
+	// root, when set, is the topmost directory of the state directory's
+	// path that did not exist: removed whole.
+	root string
+	// dir and had: the state directory and the names it held.
+	dir string
+	had map[string]bool
+}
+
+// noteStateDir records what dir holds now, for stateUndo.remove.
+func noteStateDir(dir string) (*stateUndo, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	u := &stateUndo{dir: abs, had: map[string]bool{}}
+	entries, err := os.ReadDir(abs)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		u.root = abs
+		for p := filepath.Dir(abs); p != filepath.Dir(p); p = filepath.Dir(p) {
+			if _, err := os.Stat(p); err == nil {
+				break
+			}
+			u.root = p
+		}
+		return u, nil
+	case err != nil:
+		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		u.had[e.Name()] = true
+	}
+	return u, nil
+}
+
+// remove deletes what the start created in the state directory.
+func (u *stateUndo) remove() error {
+	if u.dir == "" {
+		return nil // nothing noted
+	}
+	if u.root != "" {
+		if err := os.RemoveAll(u.root); err != nil {
+			return fmt.Errorf("remove %s, made by this failed start: %w", u.root, err)
+		}
+		return nil
+	}
+	entries, err := os.ReadDir(u.dir)
+	if err != nil {
+		return fmt.Errorf("state directory %s: %w", u.dir, err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if u.had[e.Name()] {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(u.dir, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s, made by this failed start: %w", e.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {

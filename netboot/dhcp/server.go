@@ -100,6 +100,8 @@ type Server struct {
 	m       *metrics
 	jobs    chan job
 	started atomic.Bool
+	// ready is closed once the server serves all its sockets (Ready).
+	ready chan struct{}
 	// async is the Leases when it binds asynchronously (nil otherwise), and
 	// pending bounds the requests waiting on it. acks counts those whose
 	// completion has not yet finished (sent and counted its reply):
@@ -187,7 +189,7 @@ func New(cfg Config, leases Leases, prober Prober, boot netboot.BootConfig, log 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, jobs: make(chan job, cfg.QueueSize)}
+	s := &Server{cfg: cfg, log: log, jobs: make(chan job, cfg.QueueSize), ready: make(chan struct{})}
 	s.async, _ = leases.(AsyncAcker)
 	if g, ok := leases.(GroupAcker); ok {
 		s.group.on = true
@@ -204,6 +206,10 @@ func New(cfg Config, leases Leases, prober Prober, boot netboot.BootConfig, log 
 	s.h.m = m
 	return s, nil
 }
+
+// Ready is closed once the server serves all its sockets. It is never
+// closed if serving fails to start (a socket that cannot be opened).
+func (s *Server) Ready() <-chan struct{} { return s.ready }
 
 // Serve opens the configured interfaces and addresses and serves them until
 // ctx ends (see ServeConns). It fails at once if any cannot be opened.
@@ -260,6 +266,7 @@ func (s *Server) ServeConns(ctx context.Context, conns []Conn) error {
 	}
 	s.bound.Store(&names)
 	defer s.bound.Store(nil)
+	close(s.ready)
 
 	var workers sync.WaitGroup
 	for range s.cfg.Workers {

@@ -104,3 +104,79 @@ func TestDaemonFailsFast(t *testing.T) {
 		t.Fatalf("healthz after the failed starts: %v %v", resp, err)
 	}
 }
+
+// TestFailedStartLeavesNoState: a start that fails (the API's port taken;
+// the TFTP port taken, which fails after the database is made) exits
+// non-zero and leaves the state directory as it found it, absent or
+// empty; the next start on free ports is a first start: it makes the
+// admin user and its token file, and the token works.
+func TestFailedStartLeavesNoState(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyUDP, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busyUDP.Close()
+	tftpTaken := filepath.Join(t.TempDir(), "rackd.toml")
+	if err := os.WriteFile(tftpTaken, []byte("[tftp]\nlisten = \""+busyUDP.LocalAddr().String()+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		state func(t *testing.T) string
+		args  []string
+		want  string
+	}{
+		"API port taken, no state directory": {
+			state: func(t *testing.T) string { return filepath.Join(t.TempDir(), "var", "state") },
+			args:  []string{"--listen", busy.Addr().String()},
+			want:  "already in use",
+		},
+		"TFTP port taken, empty state directory": {
+			state: func(t *testing.T) string { return t.TempDir() },
+			args:  []string{"--config", tftpTaken, "--listen", "127.0.0.1:0"},
+			want:  "tftp",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			state := tc.state(t)
+			_, statErr := os.Stat(state)
+			existed := statErr == nil
+			code, out := runToExit(t, append([]string{"serve", "--state-dir", state}, tc.args...)...)
+			if code == 0 || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, output:\n%s\nwant a failure mentioning %q", code, out, tc.want)
+			}
+			entries, err := os.ReadDir(state)
+			switch {
+			case !existed && !os.IsNotExist(err):
+				t.Errorf("the failed start left the state directory %s (%d entries, %v), which it made", state, len(entries), err)
+				if !os.IsNotExist(os.RemoveAll(state)) {
+					os.MkdirAll(filepath.Dir(state), 0o750) // the parent, for the next start
+				}
+			case existed && len(entries) != 0:
+				var names []string
+				for _, e := range entries {
+					names = append(names, e.Name())
+				}
+				t.Errorf("the failed start left %v in the empty state directory", names)
+			}
+			if !existed {
+				if _, err := os.Stat(filepath.Dir(state)); !os.IsNotExist(err) {
+					t.Errorf("the failed start left %s, which it made (%v)", filepath.Dir(state), err)
+				}
+			}
+			d := startDaemon(t, state)
+			if !strings.Contains(d.stderr.String(), "created the admin user") {
+				t.Errorf("the start after the failed one did not make the admin user:\n%s", d.stderr.String())
+			}
+			client := &http.Client{Timeout: 5 * time.Second}
+			if status, raw, err := d.api(client, adminToken(t, state), "GET", "/api/v1/users", nil, nil); err != nil || status != 200 {
+				t.Errorf("the new admin token: %d %s %v", status, raw, err)
+			}
+			d.stop(t)
+		})
+	}
+}
