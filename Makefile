@@ -18,12 +18,30 @@ all: build
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/rackd ./agent/cmd/rackd
 
-## run: rackd on its embedded defaults, state in ./var, API on 127.0.0.1:5240
+## run: rackd on its embedded defaults, state in ./var, API on 127.0.0.1:5240;
+##   make run CONFIG=rackd.toml runs it on that configuration file instead,
+##   whose state_dir and listen hold unless STATE or LISTEN are given too
+ifeq ($(CONFIG),)
+RUN_FLAGS := --state-dir $(STATE) --listen $(LISTEN)
+else
+RUN_FLAGS := --config $(CONFIG)
+ifneq ($(filter command line environment,$(origin STATE)),)
+RUN_FLAGS += --state-dir $(STATE)
+endif
+ifneq ($(filter command line environment,$(origin LISTEN)),)
+RUN_FLAGS += --listen $(LISTEN)
+endif
+endif
+
 run: build
+ifeq ($(CONFIG),)
 	@mkdir -p $(STATE)
 	@echo "rackd: state in $(STATE), API on http://$(LISTEN), admin token in $(STATE)/admin.token"
 	@echo "rackd: try   RACKD_STATE_DIR=$(STATE) ./bin/rackd machines list"
-	./bin/rackd serve --state-dir $(STATE) --listen $(LISTEN)
+else
+	@echo "rackd: configuration $(CONFIG); its log says where the state, the API and the admin token are"
+endif
+	./bin/rackd serve $(RUN_FLAGS)
 
 ## test: install what the tests need (idempotent), build the enlistment
 ##   image the e2e tests boot if it is missing, then run everything
