@@ -117,9 +117,9 @@ func manualNotice(m store.Machine) string {
 	}
 	switch p := store.PowerPolicyFor(m.State); p.Desired {
 	case power.StateOn:
-		return fmt.Sprintf("machine %s has the manual power driver: power it on now, booting from the network (PXE); rackd cannot", m.Hostname)
+		return fmt.Sprintf("machine %s has the manual power driver, so rackd cannot power it: power it on yourself now, booting from the network (PXE)", m.Hostname)
 	case power.StateOff:
-		return fmt.Sprintf("machine %s has the manual power driver: power it off now; rackd cannot", m.Hostname)
+		return fmt.Sprintf("machine %s has the manual power driver, so rackd cannot power it: power it off yourself now", m.Hostname)
 	}
 	return ""
 }

@@ -17,7 +17,7 @@ func (a *Agent) addDrivers() error {
 	a.powerDrivers["ipmi"] = d
 	rf := redfish.New(redfish.Options{Logger: a.log, GracefulOff: a.cfg.Power.RedfishOff == "graceful"})
 	a.powerDrivers["redfish"] = rf
-	a.powerDrivers["manual"] = manual.New(a.log.With("driver", "manual"), 0)
+	a.powerDrivers["manual"] = manual.New(a.log, 0)
 	a.powerClose = append(a.powerClose, d.Close, rf.Close)
 	return nil
 }

@@ -109,6 +109,10 @@ func ParseBootDevice(s string) (BootDevice, error) {
 // Target says how to reach one machine's BMC. Password is a secret: drivers
 // never put it in argv, logs or error text.
 type Target struct {
+	// Machine names the machine (its hostname) in what a driver tells a
+	// human, such as the manual driver's request to an operator; no
+	// driver reaches a BMC by it.
+	Machine  string
 	Driver   string
 	Address  string // host or host:port
 	Username string

@@ -9,7 +9,7 @@ func TestMachinesSetRm(t *testing.T) {
 	one := answer{200, machine1}
 	manual := answer{200, `{"id":"m-1","hostname":"web1","state":"COMMISSIONING","arch":"amd64","macs":[],"tags":[],"ips":[],
 		"power":{"driver":"manual","desired":"on","observed":"unknown"},
-		"notice":"machine web1 has the manual power driver: power it on now, booting from the network (PXE); rackd cannot"}`}
+		"notice":"machine web1 has the manual power driver, so rackd cannot power it: power it on yourself now, booting from the network (PXE)"}`}
 	runVerbCases(t, map[string]verbCase{
 		"set credentials only": {
 			args:   []string{"machines", "set", "web1", "--power-user", "admin"},
@@ -96,7 +96,7 @@ func TestMachinesSetRm(t *testing.T) {
 			routes:      map[string]answer{"POST /api/v1/machines/web1/commission": manual},
 			want:        []seen{{Method: "POST", Path: "/api/v1/machines/web1/commission", Body: `{}`}},
 			contains:    []string{"web1      COMMISSIONING"},
-			errContains: []string{"rackd: machine web1 has the manual power driver: power it on now"},
+			errContains: []string{"rackd: machine web1 has the manual power driver, so rackd cannot power it: power it on yourself now, booting from the network (PXE)\n"},
 		},
 		"commission without a power driver": {
 			args: []string{"machines", "commission", "web1"},

@@ -20,6 +20,7 @@ import (
 // Request is one thing the operator was asked to do.
 type Request struct {
 	At      time.Time
+	Machine string // the machine's hostname (power.Target.Machine)
 	Address string // the machine's BMC address field, often empty or a rack position
 	Action  string // "power on", "power off", "power cycle", "next boot pxe", "next boot disk"
 	// RequestID is the power queue's request id, when the ctx carried one.
@@ -38,8 +39,9 @@ type Driver struct {
 
 var _ power.Driver = (*Driver)(nil)
 
-// New returns a manual driver that logs to logger (slog.Default when nil)
-// and keeps the last keep requests (1000 when <= 0) for Requests.
+// New returns a manual driver that logs to logger (slog.Default when nil),
+// with driver=manual added, and keeps the last keep requests (1000 when
+// <= 0) for Requests.
 func New(logger *slog.Logger, keep int) *Driver {
 	if logger == nil {
 		logger = slog.Default()
@@ -54,14 +56,21 @@ func (d *Driver) record(ctx context.Context, t power.Target, action string) erro
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("manual %s: %w", action, err)
 	}
-	r := Request{At: time.Now(), Address: t.Address, Action: action, RequestID: power.RequestID(ctx)}
+	r := Request{At: time.Now(), Machine: t.Machine, Address: t.Address, Action: action, RequestID: power.RequestID(ctx)}
 	d.mu.Lock()
 	d.requests = append(d.requests, r)
 	if len(d.requests) > d.keep {
 		d.requests = append([]Request(nil), d.requests[len(d.requests)-d.keep:]...)
 	}
 	d.mu.Unlock()
-	d.log.Warn("manual power: an operator must act", "action", action, "address", t.Address, "request", r.RequestID)
+	// The machine first: it is what the operator looks for. Its address
+	// field, often empty for a manual machine, only when set.
+	attrs := []any{"machine", t.Machine, "action", action}
+	if t.Address != "" {
+		attrs = append(attrs, "address", t.Address)
+	}
+	attrs = append(attrs, "request", r.RequestID)
+	d.log.Warn("manual power: an operator must act", attrs...)
 	return nil
 }
 

@@ -68,3 +68,40 @@ func TestRecordsAndWarns(t *testing.T) {
 		t.Fatalf("cancelled request recorded: %+v", d.Requests())
 	}
 }
+
+// The operator is told which machine, with the driver named once, and the
+// address only when the machine has one (a manual machine often has none).
+func TestLogNamesMachine(t *testing.T) {
+	for _, tc := range []struct {
+		address string
+		want    []string
+		not     []string
+	}{
+		{"", []string{"machine=web1", `action="power on"`, "request=pr-7"}, []string{"address="}},
+		{"rack 3 slot 7", []string{"machine=web1", `address="rack 3 slot 7"`}, nil},
+	} {
+		var logs bytes.Buffer
+		d := New(slog.New(slog.NewTextHandler(&logs, nil)), 0)
+		tg := power.Target{Machine: "web1", Driver: "manual", Address: tc.address}
+		if err := d.PowerOn(power.WithRequestID(context.Background(), "pr-7"), tg); err != nil {
+			t.Fatal(err)
+		}
+		line := logs.String()
+		for _, w := range tc.want {
+			if !strings.Contains(line, w) {
+				t.Errorf("log line lacks %s:\n%s", w, line)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(line, n) {
+				t.Errorf("log line has %s:\n%s", n, line)
+			}
+		}
+		if n := strings.Count(line, "driver=manual"); n != 1 {
+			t.Errorf("driver=manual %d times, want once:\n%s", n, line)
+		}
+		if r := d.Requests(); len(r) != 1 || r[0].Machine != "web1" {
+			t.Errorf("recorded %+v, want machine web1", r)
+		}
+	}
+}

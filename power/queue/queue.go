@@ -484,7 +484,7 @@ func (q *Queue) step(ctx context.Context, w *worker) (bool, error) {
 
 // target is how the drivers reach m's BMC.
 func target(m store.Machine) power.Target {
-	return power.Target{Driver: m.Power.Driver, Address: m.Power.Address, Username: m.Power.Username,
+	return power.Target{Machine: m.Hostname, Driver: m.Power.Driver, Address: m.Power.Address, Username: m.Power.Username,
 		Password: m.Power.Password, CipherSuite: m.Power.CipherSuite, TLSFingerprint: m.Power.TLSFingerprint,
 		InsecureTLS: m.Power.InsecureTLS, BootMode: m.Power.BootMode}
 }

@@ -158,7 +158,7 @@ func TestOnOffCycleQuery(t *testing.T) {
 	if ps, _ := h.st.PowerStatusOf(id); ps.Desired != power.StateOn {
 		t.Errorf("desired %q after cycle, want on", ps.Desired)
 	}
-	if tg := h.fake.LastTarget(key); tg.Address != "bmc1" || tg.Username != "n1" || tg.Driver != "fake" {
+	if tg := h.fake.LastTarget(key); tg.Address != "bmc1" || tg.Username != "n1" || tg.Driver != "fake" || tg.Machine != "n1" {
 		t.Errorf("target %+v", tg)
 	}
 }
