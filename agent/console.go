@@ -65,7 +65,7 @@ func (a *Agent) newConsoles() error {
 		return err
 	}
 	a.consoleLog = l
-	a.recorder = newRecorder(a)
+	a.recorder = newRecorder(a, recorderOptions{})
 	a.store.ConsoleTail(func(machine string) []byte {
 		tail, err := l.Tail(machine, consoleTailBytes)
 		if err != nil {

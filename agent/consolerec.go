@@ -20,9 +20,15 @@ import (
 // rackd console: consolehub), attaches again when the BMC drops it, and
 // resumes the newest boot after a restart of rackd.
 
-// recordRetry is how long the recorder waits before attaching again after
-// the BMC refused or ended the session.
-const recordRetry = 2 * time.Second
+// The recorder attaches again recordRetry after the BMC ended the
+// session; while it cannot attach (the BMC unreachable, its console held
+// by another), it waits twice as long after each failure, up to
+// recordRetryMax, and from recordRetry again once it attaches. It logs the
+// change, unreachable and reachable again, once each, not every retry.
+const (
+	recordRetry    = 2 * time.Second
+	recordRetryMax = time.Minute
+)
 
 // A phase report of a recorded machine waits (settle) until the console has
 // had settleMin to deliver what the environment printed before it reported,
@@ -46,9 +52,45 @@ type recorderNote struct {
 type recorder struct {
 	a     *Agent
 	log   *slog.Logger
+	opts  recorderOptions
 	notes chan recorderNote
 	mu    sync.Mutex
 	recs  map[string]*recording // by machine id; only the run loop changes it
+}
+
+// recorderOptions tune the recorder; the zero value takes the defaults.
+type recorderOptions struct {
+	// retry and retryMax bound the wait between attaches (recordRetry,
+	// recordRetryMax).
+	retry, retryMax time.Duration
+	// after is the clock the waits run on (time.After; tests: a fake).
+	after func(time.Duration) <-chan time.Time
+}
+
+// attachBackoff is the wait before a recording's next attach.
+type attachBackoff struct {
+	min, max, next time.Duration
+	// down: the last attach failed.
+	down bool
+}
+
+// failed returns how long to wait after an attach that failed, and
+// whether it is the first failure since the console was last reachable.
+func (b *attachBackoff) failed() (wait time.Duration, first bool) {
+	if b.next < b.min {
+		b.next = b.min
+	}
+	wait, first = b.next, !b.down
+	b.next, b.down = min(2*b.next, b.max), true
+	return wait, first
+}
+
+// attached resets the wait and reports whether the console had been
+// unreachable.
+func (b *attachBackoff) attached() (recovered bool) {
+	recovered = b.down
+	b.next, b.down = b.min, false
+	return recovered
 }
 
 type recording struct {
@@ -59,8 +101,17 @@ type recording struct {
 	sink   *bootSink
 }
 
-func newRecorder(a *Agent) *recorder {
-	return &recorder{a: a, log: a.log.With("service", "console-recorder"),
+func newRecorder(a *Agent, opts recorderOptions) *recorder {
+	if opts.retry <= 0 {
+		opts.retry = recordRetry
+	}
+	if opts.retryMax < opts.retry {
+		opts.retryMax = max(recordRetryMax, opts.retry)
+	}
+	if opts.after == nil {
+		opts.after = time.After
+	}
+	return &recorder{a: a, log: a.log.With("service", "console-recorder"), opts: opts,
 		notes: make(chan recorderNote, 1024), recs: map[string]*recording{}}
 }
 
@@ -285,9 +336,9 @@ func (rc *recorder) stop(id string) {
 func (rc *recorder) record(ctx context.Context, id string, r *recording) {
 	defer close(r.done)
 	defer r.sink.close()
-	warned := false
+	backoff := attachBackoff{min: rc.opts.retry, max: rc.opts.retryMax}
 	for {
-		wait := recordRetry
+		wait := rc.opts.retry
 		m, err := rc.a.store.Machine(id)
 		if err != nil {
 			return
@@ -305,8 +356,11 @@ func (rc *recorder) record(ctx context.Context, id string, r *recording) {
 				cancel()
 			}
 			if err == nil {
-				warned = false
-				rc.log.Debug("console recording", "machine", id, "hostname", m.Hostname)
+				if backoff.attached() {
+					rc.log.Info("console recorder: console reachable again; recording", "machine", id, "hostname", m.Hostname)
+				} else {
+					rc.log.Debug("console recording", "machine", id, "hostname", m.Hostname)
+				}
 				again, boot := rc.hold(ctx, att, r)
 				if !again {
 					return
@@ -314,23 +368,27 @@ func (rc *recorder) record(ctx context.Context, id string, r *recording) {
 				if boot {
 					continue
 				}
-			} else if ctx.Err() == nil && !warned {
-				warned = true // once per outage, not every retry
-				rc.log.Info("console recorder: no console yet; retrying", "machine", id, "hostname", m.Hostname, "err", err)
+			} else if ctx.Err() == nil {
+				var first bool
+				wait, first = backoff.failed()
+				if first {
+					rc.log.Info("console recorder: console unreachable; retrying, less often the longer it lasts", "machine", id, "hostname", m.Hostname,
+						"max_interval", rc.opts.retryMax.String(), "err", err)
+				} else {
+					rc.log.Debug("console recorder: console still unreachable", "machine", id, "next_try", wait.String(), "err", err)
+				}
 			}
 		}
-		timer := time.NewTimer(wait)
+		// A new boot or phase tries at once: the machine is being powered
+		// on, which may be what its console waited for.
 		select {
 		case <-ctx.Done():
-			timer.Stop()
 			return
 		case <-r.boot:
-			timer.Stop()
 			r.sink.newBoot()
 		case <-r.enter:
-			timer.Stop()
 			r.sink.newBoot()
-		case <-timer.C:
+		case <-rc.opts.after(wait):
 		}
 	}
 }

@@ -297,8 +297,18 @@ func (h *Hub) start(drv power.Consoler, t power.Target, key string) *session {
 				a.once.Do(func() { close(a.gone) })
 			}
 		}
-		if err != nil {
-			h.log.Info("console session ended", "bmc", t.Address, "err", err)
+		// A session the BMC never accepted is its attacher's to report
+		// (Attach returns the error): a recorder retrying an unreachable
+		// BMC would otherwise log every try.
+		select {
+		case <-s.ready:
+			if err != nil {
+				h.log.Info("console session ended", "bmc", t.Address, "err", err)
+			}
+		default:
+			if err != nil {
+				h.log.Debug("console session failed to start", "bmc", t.Address, "err", err)
+			}
 		}
 	}()
 	return s
