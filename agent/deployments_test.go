@@ -248,7 +248,7 @@ func TestDeployOSReports(t *testing.T) {
 
 	// The deploy environment reports the image written.
 	mm, _ := f.Store().Machine(m.ID)
-	body, _ := json.Marshal(enlist.Report{Machine: m.ID, Disk: "vda", Bytes: 3_000_000_000, SHA256: strings.Repeat("a", 64)})
+	body, _ := json.Marshal(enlist.Report{Machine: m.ID, Disk: "vda", Bytes: 3_000_000_000, SHA256: strings.Repeat("a", 64), WriteSeconds: 0.38})
 	status, raw := f.post(t, f.Store().PhaseToken(mm), "/metadata/v1/deployed", "application/json", body)
 	var ans enlist.ReportAnswer
 	if json.Unmarshal(raw, &ans); status != 200 || ans.State != "DEPLOYING" || ans.Action != enlist.ActionReboot {
@@ -309,7 +309,7 @@ func TestDeployOSReports(t *testing.T) {
 	wantError(t, status, raw, 409, api.CodeConflict)
 	var evs []api.Event
 	f.call(t, f.alice, "GET", "/api/v1/machines/"+m.ID+"/events", nil, &evs)
-	want := []string{"image written (3000 MB in ", "rebooting to disk", "cloud-init FAIL: modules-final/config-scripts-user",
+	want := []string{"image written (3000 MB in 0.38 s; power-on and boot before it: ", "rebooting to disk", "cloud-init FAIL: modules-final/config-scripts-user",
 		"OS booted, cloud-init finished (", "phone-home from 127.0.0.1 refused: the OS already reported"}
 	for _, w := range want {
 		found := false

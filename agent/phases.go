@@ -256,6 +256,7 @@ func reportRequest(rep enlist.Report, phase, token string) (store.PhaseReport, e
 		}
 	case store.PhaseDeploy:
 		req.Bytes = rep.Bytes
+		req.WriteTime = time.Duration(rep.WriteSeconds * float64(time.Second))
 		if rep.Disk != "" {
 			req.Detail = fmt.Sprintf("%d bytes to %s, sha256 %s", rep.Bytes, rep.Disk, rep.SHA256)
 		}

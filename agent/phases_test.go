@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -29,14 +30,16 @@ func TestReportRequest(t *testing.T) {
 			want: store.PhaseReport{Machine: "m-1", Phase: store.PhaseCommission, Token: "tok", Error: "no disks"}},
 		"commissioning with neither": {rep: enlist.Report{Machine: "m-1"}, phase: store.PhaseCommission,
 			err: "a commissioning report carries the inventory, or an error"},
-		"deployment": {rep: enlist.Report{Machine: "m-1", Disk: "vda", Bytes: 42, SHA256: strings.Repeat("a", 64)}, phase: store.PhaseDeploy,
-			want: store.PhaseReport{Machine: "m-1", Phase: store.PhaseDeploy, Token: "tok", Bytes: 42,
+		"deployment": {rep: enlist.Report{Machine: "m-1", Disk: "vda", Bytes: 42, SHA256: strings.Repeat("a", 64), WriteSeconds: 0.38}, phase: store.PhaseDeploy,
+			want: store.PhaseReport{Machine: "m-1", Phase: store.PhaseDeploy, Token: "tok", Bytes: 42, WriteTime: 380 * time.Millisecond,
 				Detail: "42 bytes to vda, sha256 " + strings.Repeat("a", 64)}},
 		"deployment without details": {rep: enlist.Report{Machine: "m-1"}, phase: store.PhaseDeploy,
 			want: store.PhaseReport{Machine: "m-1", Phase: store.PhaseDeploy, Token: "tok"}},
 		"erase": {rep: enlist.Report{Machine: "m-1", Erased: []string{"vda", "nvme0n1"}}, phase: store.PhaseErase,
 			want: store.PhaseReport{Machine: "m-1", Phase: store.PhaseErase, Token: "tok", Detail: "erased vda nvme0n1"}},
 		"invalid machine id": {rep: enlist.Report{Machine: "M 1"}, phase: store.PhaseDeploy, err: "invalid report: machine"},
+		"negative write time": {rep: enlist.Report{Machine: "m-1", WriteSeconds: -1}, phase: store.PhaseDeploy, err: "invalid report: write_seconds"},
+		"write time not a number": {rep: enlist.Report{Machine: "m-1", WriteSeconds: math.NaN()}, phase: store.PhaseDeploy, err: "invalid report: write_seconds"},
 		"invalid disk": {rep: enlist.Report{Machine: "m-1", Erased: []string{"../sda"}}, phase: store.PhaseErase,
 			err: "invalid report: disk name"},
 	}

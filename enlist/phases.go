@@ -117,6 +117,10 @@ type Report struct {
 	Disk   string `json:"disk,omitempty"`
 	Bytes  int64  `json:"bytes,omitempty"`
 	SHA256 string `json:"sha256,omitempty"`
+	// WriteSeconds is how long the write took, from the image's download
+	// answering to the disk synced: the deployment's own time, apart from
+	// the power-on and boot before it (which rackd tells from the rest).
+	WriteSeconds float64 `json:"write_seconds,omitempty"`
 	// Erased names the disks an erase wiped.
 	Erased []string `json:"erased,omitempty"`
 	// BMC is what commissioning's in-band BMC set-up did, when rackd
@@ -181,6 +185,9 @@ type ReportAnswer struct {
 // MaxReportError bounds a report's error text.
 const MaxReportError = 1024
 
+// MaxWriteSeconds bounds a report's write time: a week.
+const MaxWriteSeconds = 7 * 24 * 3600
+
 var machineIDRE = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
 
 // Validate checks a report's fields (the inventory as Inventory.Validate).
@@ -198,6 +205,9 @@ func (r Report) Validate() error {
 	}
 	if r.Bytes < 0 {
 		return fmt.Errorf("bytes %d is negative", r.Bytes)
+	}
+	if !(r.WriteSeconds >= 0 && r.WriteSeconds <= MaxWriteSeconds) { // NaN fails too
+		return fmt.Errorf("write_seconds %v: want 0 to %d", r.WriteSeconds, MaxWriteSeconds)
 	}
 	if len(r.Erased) > MaxDisks {
 		return fmt.Errorf("erased: %d disks, at most %d", len(r.Erased), MaxDisks)

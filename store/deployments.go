@@ -468,7 +468,7 @@ func (t *Tx) diskWritten(m Machine, d Deployment, r PhaseReport) (ReportResult, 
 	if err := t.put(bucketDeployments, []byte(m.ID), d); err != nil {
 		return ReportResult{}, err
 	}
-	reason := fmt.Sprintf("image written (%d MB in %s)", (r.Bytes+500_000)/1_000_000, seconds(t.now.Sub(m.StateSince)))
+	reason := writtenReason(r.Bytes, r.WriteTime, t.now.Sub(m.StateSince))
 	if r.Detail != "" {
 		reason += ": " + oneLine(r.Detail)
 	}
@@ -479,6 +479,28 @@ func (t *Tx) diskWritten(m Machine, d Deployment, r PhaseReport) (ReportResult, 
 	}
 	res.Machine = m
 	return res, nil
+}
+
+// writtenReason is the event of an image written: its size and the
+// write's own time, as the environment measured it, and apart the time
+// before the write (since the deployment began: the power-on, the boot of
+// the deploy environment, the seed). An environment that does not say
+// (an older one) leaves only the time since the deployment began.
+func writtenReason(bytes int64, write, sinceStart time.Duration) string {
+	mb := (bytes + 500_000) / 1_000_000
+	if write <= 0 {
+		return fmt.Sprintf("image written (%d MB, %s after the deployment began)", mb, seconds(sinceStart))
+	}
+	before := max(sinceStart-write, 0)
+	return fmt.Sprintf("image written (%d MB in %s; power-on and boot before it: %s)", mb, shortSeconds(write), seconds(before))
+}
+
+// shortSeconds writes a duration as "0.38 s" below 10 s, "12 s" above.
+func shortSeconds(d time.Duration) string {
+	if d < 10*time.Second {
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+	return seconds(d)
 }
 
 // seconds writes a duration as "12 s" (rounded).

@@ -150,12 +150,12 @@ func TestDeploymentFlow(t *testing.T) {
 
 	// The image written: DEPLOYING still, booting its disk.
 	res, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseDeploy, Token: phase,
-		Bytes: 2_147_483_648, Detail: "2147483648 bytes to vda, sha256 ab"})
+		Bytes: 2_147_483_648, WriteTime: 380 * time.Millisecond, Detail: "2147483648 bytes to vda, sha256 ab"})
 	if err != nil || !res.DiskWritten || res.Action != "" || res.Machine.State != store.StateDeploying || res.Machine.DiskWritten.IsZero() {
 		t.Fatalf("deployed report: %+v %v", res, err)
 	}
 	evs = eventsOf(t, s, m.ID)
-	if !hasEvent(evs, "deploy-progress", "image written (2147 MB in ") || !hasEvent(evs, "deploy-progress", "rebooting to disk") {
+	if !hasEvent(evs, "deploy-progress", "image written (2147 MB in 0.38 s; power-on and boot before it: ") || !hasEvent(evs, "deploy-progress", "rebooting to disk") {
 		t.Fatalf("events after the image was written: %+v", evs)
 	}
 	if got := store.NextBootFor(res.Machine, store.PowerCycle); got != power.BootNone {

@@ -148,8 +148,10 @@ type PhaseReport struct {
 	// Detail is added to the event's reason on success ("wrote 2 GiB to
 	// vda, sha256 ...").
 	Detail string
-	// Bytes is how much a deployment wrote.
-	Bytes int64
+	// Bytes is how much a deployment wrote; WriteTime how long the write
+	// took, as the environment measured it (0: not said).
+	Bytes     int64
+	WriteTime time.Duration
 	// BMC is the commissioning's BMC set-up, when it ran.
 	BMC *BMCSetup
 	// Source is the caller's address, for the event of a refusal.

@@ -113,6 +113,9 @@ type Result struct {
 	Read, Hash, Decompress, Write time.Duration
 	// Seed is where the seed went, when there was one.
 	Seed *SeedPlacement
+	// Elapsed is the write's wall time, from the request for the image to
+	// the disk synced; the caller, who makes the request, sets it.
+	Elapsed time.Duration
 }
 
 // ChecksumError is an image whose content is not the one announced.

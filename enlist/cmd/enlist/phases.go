@@ -178,6 +178,7 @@ func runPhase(ctx context.Context, sys system, p phaseArgs, mac string, base *ur
 			rep.Error = werr.Error()
 		} else {
 			rep.Disk, rep.Bytes, rep.SHA256 = name, res.Bytes, res.SHA256
+			rep.WriteSeconds = res.Elapsed.Seconds()
 			if res.Chunks > 0 {
 				// Every chunk matched the list rackd recorded for this
 				// image at import: the disk holds the image it names.
@@ -367,7 +368,8 @@ func deployImage(ctx context.Context, sys system, p phaseArgs, base *url.URL, cl
 		}
 		return res, target.Name, err
 	}
-	secs := time.Since(start).Seconds()
+	res.Elapsed = time.Since(start)
+	secs := res.Elapsed.Seconds()
 	verified := "sha256 verified"
 	if res.Chunks > 0 {
 		verified = fmt.Sprintf("sha256 of %d chunks verified", res.Chunks)
