@@ -6,9 +6,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -377,5 +382,46 @@ func TestTagsAndZones(t *testing.T) {
 	}
 	if status, _, _ := ts.do(t, alice, "GET", "tags/ssd/", nil, ""); status != 404 {
 		t.Errorf("deleted tag: %d", status)
+	}
+}
+
+// TestWriteJSONLongList: a long list is streamed, element by element, into
+// the same JSON as one encoded whole; one that cannot be encoded cuts the
+// connection instead of ending in a truncated list.
+func TestWriteJSONLongList(t *testing.T) {
+	type item struct {
+		ID   int               `json:"id"`
+		Name string            `json:"name"`
+		Tags []string          `json:"tags"`
+		M    map[string]string `json:"m"`
+	}
+	for _, n := range []int{0, 1, streamAbove, streamAbove + 1, 1000} {
+		list := make([]item, n)
+		for i := range list {
+			list[i] = item{ID: i, Name: fmt.Sprintf("<m%d & \"x\">", i), Tags: []string{"a", "\u2028"}, M: map[string]string{"k": "v"}}
+		}
+		rec := httptest.NewRecorder()
+		writeJSON(rec, 200, list)
+		want, _ := json.Marshal(list)
+		var got, exp any
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+			t.Fatalf("%d items: %v in %.200q", n, err, rec.Body.String())
+		}
+		json.Unmarshal(want, &exp)
+		if !reflect.DeepEqual(got, exp) || rec.Code != 200 || rec.Header().Get("Content-Type") != "application/json" {
+			t.Fatalf("%d items: %d %q, want %s", n, rec.Code, rec.Body.String(), want)
+		}
+	}
+	bad := make([]float64, 2*streamAbove)
+	bad[streamAbove+5] = math.NaN()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, bad) }))
+	defer hs.Close()
+	resp, err := http.Get(hs.URL)
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if err == nil {
+		t.Fatal("a list that cannot be encoded was answered in full")
 	}
 }
