@@ -174,7 +174,7 @@ func TestCommissionNeedsPower(t *testing.T) {
 	if status, raw := ta.call(t, ta.admin, "POST", "/api/v1/machines/np/commission", nil, &m); status != 200 {
 		t.Fatalf("commission, manual: %d %s", status, raw)
 	}
-	if m.State != "COMMISSIONING" || !strings.Contains(m.Notice, "power it on now") {
+	if m.State != "COMMISSIONING" || !strings.Contains(m.Notice, "power it on yourself now") {
 		t.Errorf("manual commission: state %s, notice %q", m.State, m.Notice)
 	}
 	// A GET is not an action: no notice there.
