@@ -92,13 +92,18 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, limit int64) (relea
 		n = r.ContentLength
 	}
 	n = min(n, g.budget)
-	ctx, cancel := context.WithTimeout(r.Context(), g.wait)
-	defer cancel()
-	if err := g.sem.Acquire(ctx, n); err != nil {
-		if r.Context().Err() != nil {
-			return func() {}, fmt.Errorf("request body: %w", r.Context().Err())
+	// Room now is taken now: a context whose deadline has passed by the
+	// time Acquire runs (a short wait on a loaded machine) is refused even
+	// when the budget has room, so waiting is only for when it has none.
+	if !g.sem.TryAcquire(n) {
+		ctx, cancel := context.WithTimeout(r.Context(), g.wait)
+		defer cancel()
+		if err := g.sem.Acquire(ctx, n); err != nil {
+			if r.Context().Err() != nil {
+				return func() {}, fmt.Errorf("request body: %w", r.Context().Err())
+			}
+			return func() {}, ErrBusy
 		}
-		return func() {}, ErrBusy
 	}
 	var once sync.Once
 	return func() { once.Do(func() { g.sem.Release(n) }) }, nil

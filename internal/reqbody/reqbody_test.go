@@ -113,11 +113,14 @@ func TestAdmit(t *testing.T) {
 	})
 	t.Run("no room within the wait is busy", func(t *testing.T) {
 		g := NewGate(1000, time.Millisecond)
-		hold, _ := g.Admit(httptest.NewRecorder(), httptest.NewRequest("POST", "/", strings.NewReader(strings.Repeat("a", 900))), 1000)
+		hold, err := g.Admit(httptest.NewRecorder(), httptest.NewRequest("POST", "/", strings.NewReader(strings.Repeat("a", 900))), 1000)
+		if err != nil {
+			t.Fatalf("the first body, with room in the budget: %v", err)
+		}
 		defer hold()
 		r := httptest.NewRequest("POST", "/", strings.NewReader("x"))
 		r.ContentLength = -1 // weighs its cap
-		_, err := g.Admit(httptest.NewRecorder(), r, 1000)
+		_, err = g.Admit(httptest.NewRecorder(), r, 1000)
 		if !errors.Is(err, ErrBusy) {
 			t.Fatalf("%v, want ErrBusy", err)
 		}
