@@ -637,3 +637,94 @@ func TestAgentsAckOneClientAtOnce(t *testing.T) {
 	}
 	t.Logf("won by A %d times, by B %d times", wins[0], wins[1])
 }
+
+// TestFencedSharedCommit: a paused leader resumes with acknowledgements
+// queued under its fence, which has moved meanwhile: another agent leads
+// and has leased addresses (among them some the queued requests name),
+// and the paused agent's mirror is still behind. The acknowledgements
+// share commits, and every one of them is refused with ErrFenced: none is
+// granted, none is written.
+func TestFencedSharedCommit(t *testing.T) {
+	for round := range 4 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) { fencedSharedCommit(t, round) })
+	}
+}
+
+func fencedSharedCommit(t *testing.T, round int) {
+	cli := etcdClient(t)
+	prefix := freshPrefix()
+	var hold atomic.Bool
+	release := make(chan struct{})
+	ctx := t.Context()
+	a := openAgentOn(t, etcdkv.New(cli, etcdkv.Options{Prefix: prefix, BeforeApply: func(rev int64) {
+		if !hold.Load() {
+			return
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}}))
+	b := openAgent(t, cli, prefix)
+	mustSubnet(t, a, lab())
+	const leader = "/election/dhcp/shared-commit"
+	put, err := cli.Put(bg, leader, "agent-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx := kv.WithFence(bg, kv.Fence{Key: leader, CreateRevision: put.Header.Revision})
+	mustAck(t, a, store.LeaseRequest{MAC: "52:54:00:f0:00:ff", Link: link, IP: addr("10.0.0.199")})
+	caughtUp(t, cli, b)
+	caughtUp(t, cli, a)
+	hold.Store(true) // a is paused: it learns nothing from here on
+	if _, err := cli.Delete(bg, leader); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(bg, leader, "agent-b"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	ip := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(120 + i)}) }
+	mac := func(i int) string { return fmt.Sprintf("52:54:00:f0:00:%02x", i) }
+	// The new leader binds some of those addresses to other clients, and
+	// one of the queued clients to another address.
+	for i := range n {
+		switch (i + round) % 4 {
+		case 0:
+			mustAck(t, b, store.LeaseRequest{MAC: fmt.Sprintf("52:54:00:f1:00:%02x", i), Link: link, IP: ip(i)})
+		case 1:
+			mustAck(t, b, store.LeaseRequest{MAC: mac(i), Link: link, IP: ip(i + 40)})
+		}
+	}
+	errs := make(chan error, n)
+	for i := range n {
+		req := store.LeaseRequest{MAC: mac(i), Link: link, IP: ip(i)}
+		if err := a.DHCPAckAsync(fctx, req, func(g store.Grant, err error) {
+			if err == nil {
+				err = fmt.Errorf("granted %s to %s", g.Address.IP, req.MAC)
+			}
+			errs <- err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if i == n/2 && round%2 == 1 {
+			close(release)
+		}
+	}
+	for range n {
+		if err := <-errs; !errors.Is(err, store.ErrFenced) {
+			t.Errorf("an acknowledgement under a moved fence: %v, want ErrFenced", err)
+		}
+	}
+	if round%2 == 0 {
+		close(release)
+	}
+	caughtUp(t, cli, a)
+	for ip, m := range leaseMap(t, a) {
+		if strings.HasPrefix(m, "52:54:00:f0:00:0") && ip != addr("10.0.0.199") {
+			if i := int(ip.As4()[3]) - 160; i < 0 || m != mac(i) {
+				t.Errorf("%s holds %s after the fenced acknowledgements", m, ip)
+			}
+		}
+	}
+}
