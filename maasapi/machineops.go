@@ -66,7 +66,7 @@ func machinesRead(s *Server, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []machineJSON{}
+	var picked []store.Machine
 	for _, m := range ms {
 		if store.MayView(c.who, m, m.ID) != nil || (keep != nil && !keep(m)) {
 			continue
@@ -88,6 +88,13 @@ func machinesRead(s *Server, c *call) (any, error) {
 		if !containsAll(m.Tags, tags) {
 			continue
 		}
+		picked = append(picked, m)
+	}
+	if err := s.prefetch(v, picked); err != nil {
+		return nil, err
+	}
+	out := []machineJSON{}
+	for _, m := range picked {
 		mv := s.machineView(v, m)
 		if len(hostnames) > 0 && !slices.Contains(hostnames, m.Hostname) && !slices.Contains(hostnames, mv.FQDN) {
 			continue
