@@ -11,6 +11,7 @@ package main
 // the bridge too.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -138,9 +139,59 @@ func (a *clusterAgent) start(t *testing.T) {
 
 func (a *clusterAgent) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
-	if err := syscall.Kill(a.d.cmd.Process.Pid, sig); err != nil {
+	pid := a.d.cmd.Process.Pid
+	if err := syscall.Kill(pid, sig); err != nil {
 		t.Fatalf("%s: %v: %v", a.name, sig, err)
 	}
+	if sig == syscall.SIGSTOP {
+		waitStopped(t, a.name, pid)
+	}
+}
+
+// waitStopped returns once every thread of pid is stopped. kill(2) returns
+// before a SIGSTOP has stopped a thread running on another CPU (on a
+// loaded virtual machine, a preempted vCPU's thread runs on for a while),
+// and what that thread answers meanwhile it answers as the leader it still
+// is: "paused" starts when the last thread stops.
+func waitStopped(t *testing.T, name string, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		running, err := runningThreads(pid)
+		if err == nil && running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d): %d threads still running 10s after SIGSTOP (%v)", name, pid, running, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runningThreads counts pid's threads whose state (/proc/PID/task/TID/stat)
+// is not stopped.
+func runningThreads(pid int) (int, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	running := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			continue // the thread has exited
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return 0, fmt.Errorf("%s/%s/stat: %q", dir, task.Name(), b)
+		}
+		if state := b[i+2]; state != 'T' && state != 't' {
+			running++
+		}
+	}
+	return running, nil
 }
 
 // call makes an API call on a that must answer want.
