@@ -17,6 +17,7 @@ import (
 	"rackd/internal/reqbody"
 	"rackd/maasapi"
 	"rackd/store"
+	"rackd/store/httpstatus"
 )
 
 // access says who may call a route.
@@ -257,20 +258,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // status, anything else as a logged 500.
 func (a *Agent) storeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := store.CodeOf(err)
-	status := map[store.Code]int{
-		store.CodeNotFound:           http.StatusNotFound,
-		store.CodeConflict:           http.StatusConflict,
-		store.CodeInvalidTransition:  http.StatusConflict,
-		store.CodeAllocated:          http.StatusConflict,
-		store.CodeNoAvailableMachine: http.StatusConflict,
-		store.CodeInvalid:            http.StatusBadRequest,
-		store.CodeForbidden:          http.StatusForbidden,
-		store.CodeIPInUse:            http.StatusConflict,
-		store.CodeNoSubnet:           http.StatusBadRequest,
-		store.CodeExhausted:          http.StatusConflict,
-		store.CodeNak:                http.StatusConflict,
-		store.CodeUnauthorized:       http.StatusUnauthorized,
-	}[code]
+	status := httpstatus.Of(code)
 	if status == 0 {
 		a.internalError(w, r, err)
 		return

@@ -19,6 +19,7 @@ import (
 
 	"rackd/internal/reqbody"
 	"rackd/store"
+	"rackd/store/httpstatus"
 )
 
 // Prefix is where MAAS's API 2.0 lives on rackd's API listener (MAAS's own
@@ -278,22 +279,6 @@ func errorf(status int, format string, args ...any) error {
 	return &apiError{status: status, msg: fmt.Sprintf(format, args...)}
 }
 
-// storeStatus is the HTTP status of each domain refusal.
-var storeStatus = map[store.Code]int{
-	store.CodeNotFound:           http.StatusNotFound,
-	store.CodeConflict:           http.StatusConflict,
-	store.CodeInvalidTransition:  http.StatusConflict,
-	store.CodeAllocated:          http.StatusConflict,
-	store.CodeNoAvailableMachine: http.StatusConflict,
-	store.CodeInvalid:            http.StatusBadRequest,
-	store.CodeForbidden:          http.StatusForbidden,
-	store.CodeIPInUse:            http.StatusConflict,
-	store.CodeNoSubnet:           http.StatusBadRequest,
-	store.CodeExhausted:          http.StatusConflict,
-	store.CodeNak:                http.StatusConflict,
-	store.CodeUnauthorized:       http.StatusUnauthorized,
-}
-
 // writeError answers err: an apiError as it says, an authentication
 // failure 401, a domain refusal with its status and its words, anything
 // else a logged 500 (503 for a store that did not answer in time).
@@ -310,7 +295,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeText(w, ae.status, ae.msg)
 		return
 	}
-	if status := storeStatus[store.CodeOf(err)]; status != 0 {
+	if status := httpstatus.Of(store.CodeOf(err)); status != 0 {
 		if status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `OAuth realm="OAuth"`)
 		}
