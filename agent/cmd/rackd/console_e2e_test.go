@@ -89,8 +89,9 @@ func printUntil(t *testing.T, c net.Conn, line string, seen func() bool) {
 	}
 }
 
-// readUntil reads what was typed to the guest until want shows.
-func readUntil(t *testing.T, c net.Conn, want string) {
+// readUntil reads what was typed to the guest until want shows, and
+// returns it all.
+func readUntil(t *testing.T, c net.Conn, want string) string {
 	t.Helper()
 	var got []byte
 	buf := make([]byte, 256)
@@ -103,6 +104,7 @@ func readUntil(t *testing.T, c net.Conn, want string) {
 			t.Fatalf("guest: waiting for %q, got %q: %v", want, got, err)
 		}
 	}
+	return string(got)
 }
 
 // consoleCLI is one `rackd console` process.

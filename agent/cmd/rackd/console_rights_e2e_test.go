@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net"
@@ -35,24 +34,6 @@ func (c *consoleCLI) endedBy(t *testing.T, why string) {
 		!strings.Contains(c.errOut.String(), "was closed by rackd") {
 		t.Fatalf("rackd console: exit %d, want 1 and %q:\n%s%s", code, want, c.out.String(), c.errOut.String())
 	}
-}
-
-// typedUntil reads what was typed to the guest until want shows, and
-// returns it all.
-func typedUntil(t *testing.T, g net.Conn, want string) string {
-	t.Helper()
-	var got []byte
-	buf := make([]byte, 256)
-	g.SetReadDeadline(time.Now().Add(60 * time.Second))
-	defer g.SetReadDeadline(time.Time{})
-	for !bytes.Contains(got, []byte(want)) {
-		n, err := g.Read(buf)
-		got = append(got, buf[:n]...)
-		if err != nil {
-			t.Fatalf("guest: waiting for %q, got %q: %v", want, got, err)
-		}
-	}
-	return string(got)
 }
 
 // TestConsoleEndsWithItsRight: a console attached with `rackd console`
@@ -134,7 +115,7 @@ min_interval = "0s"
 		}
 		printUntil(t, g, "guest: "+mark, func() bool { return strings.Contains(c.out.String(), "guest: "+mark) })
 		io.WriteString(c.in, "typed "+mark+"\r")
-		if got := typedUntil(t, g, "typed "+mark+"\r"); strings.Contains(got, afterEnd) {
+		if got := readUntil(t, g, "typed "+mark+"\r"); strings.Contains(got, afterEnd) {
 			t.Errorf("what was typed on an ended console reached the machine: %q", got)
 		}
 		return c
