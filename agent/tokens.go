@@ -37,7 +37,22 @@ func tokenView(tk store.Token, secret string, who store.Actor, now time.Time) ap
 }
 
 func (a *Agent) listTokens(w http.ResponseWriter, r *http.Request, who store.Actor) {
-	ts, err := a.store.Tokens(who, r.URL.Query().Get("user"))
+	q := r.URL.Query()
+	var ts []store.Token
+	var err error
+	switch all := q.Get("all"); all {
+	case "", "false":
+		ts, err = a.store.Tokens(who, q.Get("user"))
+	case "true":
+		if q.Get("user") != "" {
+			writeError(w, http.StatusBadRequest, api.CodeBadRequest, "all=true lists every user's tokens: it takes no user")
+			return
+		}
+		ts, err = a.store.AllTokens(who)
+	default:
+		writeError(w, http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("all=%q: want true or false", all))
+		return
+	}
 	if err != nil {
 		a.storeError(w, r, err)
 		return

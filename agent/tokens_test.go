@@ -108,6 +108,22 @@ func TestTokensAPI(t *testing.T) {
 	if len(list) != 2 || list[0].Name != "ci" || !list[0].Current || list[1].Name != "default" || list[1].Current || list[0].Token != "" {
 		t.Errorf("bob's tokens, listed with ci: %+v", list)
 	}
+	// An admin lists every user's, by user then name; the secrets stay
+	// hidden.
+	var all []api.Token
+	if status, raw := ta.call(t, ta.admin, "GET", "/api/v1/tokens?all=true", nil, &all); status != http.StatusOK {
+		t.Fatalf("list all: %d %s", status, raw)
+	}
+	var got []string
+	for _, tk := range all {
+		got = append(got, tk.User+"/"+tk.Name)
+		if tk.Token != "" {
+			t.Errorf("the list shows %s's secret", tk.ID)
+		}
+	}
+	if want := "admin/default bob/ci bob/default other/default"; strings.Join(got, " ") != want {
+		t.Errorf("every user's tokens: %q, want %q", strings.Join(got, " "), want)
+	}
 	var defaultID string
 	for _, tk := range list {
 		if tk.Name == "default" {
@@ -123,6 +139,9 @@ func TestTokensAPI(t *testing.T) {
 	}{
 		"list another user's":          {bob, "GET", "/api/v1/tokens?user=other", nil, 403, "forbidden", "admin"},
 		"admin lists an unknown user":  {ta.admin, "GET", "/api/v1/tokens?user=nobody", nil, 404, "not_found", "nobody"},
+		"list every user's":            {bob, "GET", "/api/v1/tokens?all=true", nil, 403, "forbidden", "admin"},
+		"all with a user":              {ta.admin, "GET", "/api/v1/tokens?all=true&user=bob", nil, 400, "bad_request", "no user"},
+		"all neither true nor false":   {ta.admin, "GET", "/api/v1/tokens?all=yes", nil, 400, "bad_request", "true or false"},
 		"revoke another user's":        {other, "DELETE", "/api/v1/tokens/" + ci.ID, nil, 404, "not_found", ci.ID},
 		"revoke an unknown token":      {bob, "DELETE", "/api/v1/tokens/t-nothing", nil, 404, "not_found", "t-nothing"},
 		"make one for another user":    {bob, "POST", "/api/v1/tokens", api.CreateToken{Name: "x", User: "other"}, 403, "forbidden", "admin"},

@@ -316,6 +316,34 @@ func (s *Store) Tokens(actor Actor, user string) ([]Token, error) {
 	return out, nil
 }
 
+// AllTokens lists every user's tokens, by user then name (hashes included:
+// callers outside the store leave them out). Only an admin may.
+func (s *Store) AllTokens(actor Actor) ([]Token, error) {
+	if !actor.Admin {
+		return nil, errorf(CodeForbidden, "only an admin may list every user's tokens")
+	}
+	var out []Token
+	err := s.view(func(t *Tx) error {
+		return t.forEachToken(func(tk Token) error {
+			out = append(out, tk)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].User != out[j].User {
+			return out[i].User < out[j].User
+		}
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
 // RevokeToken deletes a token; it is refused from the moment the revocation
 // is decided (see the top of this file). A user may revoke their own tokens,
 // an admin anyone's; to anyone else the token does not exist (CodeNotFound,

@@ -172,6 +172,22 @@ func TestTokenLifecycle(t *testing.T) {
 		})
 	}
 
+	t.Run("list every user's", func(t *testing.T) {
+		ts, err := s.AllTokens(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, tk := range ts {
+			got = append(got, tk.User+"/"+tk.Name)
+		}
+		if want := "alice/ci alice/default alice/laptop bob/ci bob/default root/default"; strings.Join(got, " ") != want {
+			t.Errorf("AllTokens = %q, want %q", strings.Join(got, " "), want)
+		}
+		_, err = s.AllTokens(alice)
+		wantCode(t, err, store.CodeForbidden)
+	})
+
 	works := func(secret string) bool {
 		t.Helper()
 		_, ok, err := s.Authenticate(secret)
