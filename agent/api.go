@@ -474,7 +474,7 @@ func machineFields(m store.Machine) api.Machine {
 			TLSFingerprint: m.Power.TLSFingerprint, InsecureTLS: m.Power.InsecureTLS, BootMode: m.Power.BootMode,
 			Desired: "unknown", Observed: "unknown"},
 		StateSince: m.StateSince, Created: m.Created,
-		Inventory: inventoryView(m), DeployImage: m.DeployImage,
+		Inventory: inventoryView(m), DeployImage: m.CurrentImage(),
 	}
 }
 

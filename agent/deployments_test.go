@@ -526,3 +526,27 @@ func FuzzOSEndpoints(f *testing.F) {
 		}
 	})
 }
+
+// TestDeployImageShownWhileHeld: a machine shows the image it deploys while
+// its allocation holds it, and none once it is released (the store keeps
+// the name, for a retry, but a READY machine runs no image of ours).
+func TestDeployImageShownWhileHeld(t *testing.T) {
+	f := newDeployFixture(t)
+	m := f.machine(t, "img1", "52:54:00:00:0e:01", f.alice)
+	var got api.Machine
+	if status, raw := f.call(t, f.alice, "POST", "/api/v1/machines/"+m.ID+"/deploy", api.ActionRequest{Image: "debian"}, &got); status != http.StatusOK {
+		t.Fatalf("deploy: %d %s", status, raw)
+	}
+	if got.State != "DEPLOYING" || got.DeployImage != "debian" {
+		t.Fatalf("deploying: %s with image %q", got.State, got.DeployImage)
+	}
+	if status, raw := f.call(t, f.alice, "POST", "/api/v1/machines/"+m.ID+"/release", nil, nil); status != http.StatusOK {
+		t.Fatalf("release: %d %s", status, raw)
+	}
+	waitState(t, f.testAgent, m.ID, "READY")
+	var released api.Machine
+	_, raw := f.call(t, f.admin, "GET", "/api/v1/machines/"+m.ID, nil, &released)
+	if released.DeployImage != "" || bytes.Contains(raw, []byte("deploy_image")) {
+		t.Errorf("the released machine still shows an image: %s", raw)
+	}
+}

@@ -408,6 +408,17 @@ func holds(s State) bool {
 	return false
 }
 
+// CurrentImage is the image the machine deploys or runs while an
+// allocation holds it (or it broke while held); "" once it is released. The
+// record keeps DeployImage after that, for a later deploy that names no
+// image.
+func (m Machine) CurrentImage() string {
+	if holds(m.State) || m.State == StateBroken && m.Owner != "" {
+		return m.DeployImage
+	}
+	return ""
+}
+
 // TransitionRequest asks for one lifecycle action on one machine.
 type TransitionRequest struct {
 	Machine string // id or hostname
