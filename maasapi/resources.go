@@ -25,7 +25,6 @@ func notServed(why string) func(*Server, *call) (any, error) {
 const (
 	whyZones   = "rackd's zones are labels on machines: set one with PUT machines/{system_id}/ zone=NAME (or PATCH /api/v1/machines/{id})"
 	whyPools   = "rackd has no resource pools: every machine is in the pool \"default\""
-	whyTags    = "rackd's tags are labels on machines: add one with POST tags/{name}/?op=update_nodes add=SYSTEM_ID (it exists while a machine carries it)"
 	whyNetwork = "rackd has one fabric and its untagged VLAN, holding every subnet, and no spaces"
 	whyRoutes  = "rackd configures a machine's network from its subnet (address, gateway, DNS) and sets no static routes"
 	whySubnets = "rackd's subnets are made with their ranges by POST /api/v1/subnets (rackd subnets create), and are not changed or deleted"
@@ -62,19 +61,19 @@ func resourceRoutes() []Route {
 			Doc: "501: " + whyPools + "."},
 
 		{Method: "GET", Path: "tags/", Handler: "TagsHandler", Handle: tagsRead,
-			Doc: "Every tag a machine carries."},
-		{Method: "POST", Path: "tags/", Handler: "TagsHandler", Handle: notServed(whyTags),
-			Doc: "501: " + whyTags + "."},
+			Doc: "Every tag: those defined and those machines carry."},
+		{Method: "POST", Path: "tags/", Handler: "TagsHandler", Handle: tagsCreate,
+			Doc: "Admins: define a tag (name, comment), carried by no machine yet; a definition (XPath) or kernel_opts is a 400."},
 		{Method: "GET", Path: "tags/{name}/", Handler: "TagHandler", Handle: tagRead,
-			Doc: "One tag (404 when no machine carries it)."},
+			Doc: "One tag (404 when it is neither defined nor carried)."},
 		{Method: "GET", Path: "tags/{name}/", Op: "machines", Handler: "TagHandler", Handle: tagMachines,
 			Doc: "The machines with the tag that the caller may see, as machines/ shows them."},
 		{Method: "POST", Path: "tags/{name}/", Op: "update_nodes", Handler: "TagHandler", Handle: tagUpdateNodes,
 			Doc: "Admins: put the tag on the machines of add= and take it off those of remove=, in one transaction."},
-		{Method: "PUT", Path: "tags/{name}/", Handler: "TagHandler", Handle: notServed(whyTags),
-			Doc: "501: " + whyTags + "."},
+		{Method: "PUT", Path: "tags/{name}/", Handler: "TagHandler", Handle: tagUpdate,
+			Doc: "Admins: rename the tag (on its machines too) or change its comment; a definition or kernel_opts is a 400."},
 		{Method: "DELETE", Path: "tags/{name}/", Handler: "TagHandler", Handle: tagDelete,
-			Doc: "Admins: take the tag off every machine, in one transaction."},
+			Doc: "Admins: remove the tag, its definition and the tag on every machine, in one transaction."},
 
 		{Method: "GET", Path: "fabrics/", Handler: "FabricsHandler", Handle: fabricsRead,
 			Doc: "The one fabric, fabric-0 (id 0), with its untagged VLAN."},

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -308,7 +309,7 @@ func TestNotServed(t *testing.T) {
 		{"POST", "fabrics/", "fabric"},
 		{"PUT", "subnets/1/", "update"},
 		{"POST", "boot-resources/?op=import", "op=import"},
-		{"POST", "tags/", "update_nodes"},
+		{"POST", "tags/ssd/?op=update_nodes&definition=//node", "XPath"},
 	} {
 		status, body, _ := ts.do(t, oauthHeader(key), c.method, c.path, url.Values{"name": {"x"}}, "")
 		if status != 501 || !strings.Contains(body, c.want) || !strings.Contains(body, "rackd") {
@@ -382,6 +383,77 @@ func TestTagsAndZones(t *testing.T) {
 	}
 	if status, _, _ := ts.do(t, alice, "GET", "tags/ssd/", nil, ""); status != 404 {
 		t.Errorf("deleted tag: %d", status)
+	}
+}
+
+// TestTagDefinitions: a tag defined before any machine carries it (as
+// Terraform's maas_tag and Ansible's tag module make one), renamed,
+// commented and deleted; what rackd cannot do is refused, never ignored.
+func TestTagDefinitions(t *testing.T) {
+	ts := newTestServer(t)
+	aliceKey, _ := ts.key(t, "alice", false)
+	adminKey, _ := ts.key(t, "root", true)
+	alice, admin := oauthHeader(aliceKey), oauthHeader(adminKey)
+	ctx := context.Background()
+	m1, err := ts.st.CreateMachine(ctx, store.System, store.NewMachine{Hostname: "n1", MACs: []string{"52:54:00:00:00:01"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, body, _ := ts.do(t, admin, "POST", "tags/", url.Values{"name": {"fast"}, "comment": {"NVMe boxes"}}, "")
+	if tg := decode[tagJSON](t, body); status != 200 || tg.Name != "fast" || tg.Comment != "NVMe boxes" || tg.ResourceURI != "/MAAS/api/2.0/tags/fast/" {
+		t.Fatalf("create: %d %q", status, body)
+	}
+	status, body, _ = ts.do(t, alice, "GET", "tags/fast/", nil, "")
+	if tg := decode[tagJSON](t, body); status != 200 || tg.Comment != "NVMe boxes" {
+		t.Fatalf("read a tag no machine carries: %d %q", status, body)
+	}
+	status, body, _ = ts.do(t, alice, "GET", "tags/fast/?op=machines", nil, "")
+	if status != 200 || body != "[]" {
+		t.Fatalf("machines of a tag none carries: %d %q", status, body)
+	}
+	for _, c := range []struct {
+		who, method, path string
+		form              url.Values
+		status            int
+		says              string
+	}{
+		{alice, "POST", "tags/", url.Values{"name": {"mine"}}, 403, "admin"},
+		{admin, "POST", "tags/", url.Values{"name": {"fast"}}, 409, "defined already"},
+		{admin, "POST", "tags/", url.Values{"comment": {"no name"}}, 400, "name"},
+		{admin, "POST", "tags/", url.Values{"name": {"bad tag"}}, 400, "invalid tag"},
+		{admin, "POST", "tags/", url.Values{"name": {"x"}, "definition": {"//node[@id='cpu']"}}, 400, "XPath"},
+		{admin, "POST", "tags/", url.Values{"name": {"x"}, "kernel_opts": {"console=ttyS0"}}, 400, "kernel options"},
+		{admin, "PUT", "tags/fast/", url.Values{"kernel_opts": {"quiet"}}, 400, "kernel_opts"},
+		{alice, "PUT", "tags/fast/", url.Values{"comment": {"x"}}, 403, "admin"},
+		{admin, "PUT", "tags/none/", url.Values{"comment": {"x"}}, 404, "none"},
+		{alice, "DELETE", "tags/fast/", nil, 403, "admin"},
+	} {
+		status, body, _ := ts.do(t, c.who, c.method, c.path, c.form, "")
+		if status != c.status || !strings.Contains(body, c.says) {
+			t.Errorf("%s %s %v: %d %q, want %d saying %q", c.method, c.path, c.form, status, body, c.status, c.says)
+		}
+	}
+	if _, _, err := ts.st.TagMachines(ctx, store.Actor{Name: "root", Admin: true}, "fast", []string{m1.ID}, nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	// Terraform's update sends the name each time; a new one renames the
+	// tag on its machines too.
+	status, body, _ = ts.do(t, admin, "PUT", "tags/fast/", url.Values{"name": {"nvme"}, "comment": {"renamed"}}, "")
+	if tg := decode[tagJSON](t, body); status != 200 || tg.Name != "nvme" || tg.Comment != "renamed" {
+		t.Fatalf("rename: %d %q", status, body)
+	}
+	if m, err := ts.st.Machine(m1.ID); err != nil || !slices.Equal(m.Tags, []string{"nvme"}) {
+		t.Fatalf("n1's tags after the rename: %v %v", m.Tags, err)
+	}
+	if status, _, _ := ts.do(t, admin, "DELETE", "tags/nvme/", nil, ""); status != 200 {
+		t.Fatalf("delete: %d", status)
+	}
+	if m, err := ts.st.Machine(m1.ID); err != nil || len(m.Tags) != 0 {
+		t.Fatalf("n1's tags after the delete: %v %v", m.Tags, err)
+	}
+	status, body, _ = ts.do(t, alice, "GET", "tags/", nil, "")
+	if status != 200 || body != "[]" {
+		t.Fatalf("tags at the end: %d %q", status, body)
 	}
 }
 

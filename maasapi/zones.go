@@ -122,12 +122,12 @@ type tagJSON struct {
 	ResourceURI string `json:"resource_uri"`
 }
 
-func tagView(name string) tagJSON { return tagJSON{Name: name, ResourceURI: uri("tags", name)} }
-
-func machineTags(m store.Machine) []string { return m.Tags }
+func tagView(t store.Tag) tagJSON {
+	return tagJSON{Name: t.Name, Comment: t.Comment, ResourceURI: uri("tags", t.Name)}
+}
 
 func tagsRead(s *Server, c *call) (any, error) {
-	tags, err := s.labels(machineTags)
+	tags, err := s.store.Tags()
 	if err != nil {
 		return nil, err
 	}
@@ -138,8 +138,12 @@ func tagsRead(s *Server, c *call) (any, error) {
 	return out, nil
 }
 
-// taggedMachines are the machines carrying tag, 404 when none does.
+// taggedMachines are the machines carrying tag (404 when the tag is
+// neither defined nor carried).
 func (s *Server) taggedMachines(tag string) ([]store.Machine, error) {
+	if _, err := s.store.Tag(tag); err != nil {
+		return nil, err
+	}
 	ms, err := s.store.ListMachines(store.Filter{})
 	if err != nil {
 		return nil, err
@@ -150,17 +154,72 @@ func (s *Server) taggedMachines(tag string) ([]store.Machine, error) {
 			out = append(out, m)
 		}
 	}
-	if len(out) == 0 {
-		return nil, errorf(http.StatusNotFound, "No Tag matches the given query: no machine carries the tag %q", truncate(tag, 64))
-	}
 	return out, nil
 }
 
 func tagRead(s *Server, c *call) (any, error) {
-	if _, err := s.taggedMachines(c.path("name")); err != nil {
+	t, err := s.store.Tag(c.path("name"))
+	if err != nil {
 		return nil, err
 	}
-	return tagView(c.path("name")), nil
+	return tagView(t), nil
+}
+
+// tagParams reads what a tag's create or update sends besides its name:
+// the comment; a definition (MAAS's XPath over hardware details) and
+// kernel options are refused, never ignored: rackd tags machines by hand
+// and adds no kernel options by tag.
+func tagParams(c *call) (comment *string) {
+	if c.has("comment") {
+		v := c.str("comment")
+		comment = &v
+	}
+	if c.str("definition") != "" {
+		c.fail("definition", "rackd does not tag machines by an XPath over their hardware details: put the tag on machines with op=update_nodes.")
+	}
+	if c.str("kernel_opts") != "" {
+		c.fail("kernel_opts", "rackd adds no kernel options by tag: give them to the boot image instead.")
+	}
+	return comment
+}
+
+// tagsCreate defines a tag (admins), with no machine yet.
+func tagsCreate(s *Server, c *call) (any, error) {
+	name := c.str("name")
+	if name == "" {
+		c.fail("name", "This field is required.")
+	}
+	comment := tagParams(c)
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	var text string
+	if comment != nil {
+		text = *comment
+	}
+	t, err := s.store.DefineTag(c.ctx(), c.who, name, text)
+	if err != nil {
+		return nil, err
+	}
+	return tagView(t), nil
+}
+
+// tagUpdate renames a tag (on its machines too) or changes its comment.
+func tagUpdate(s *Server, c *call) (any, error) {
+	var patch store.TagPatch
+	if c.has("name") {
+		v := c.str("name")
+		patch.Name = &v
+	}
+	patch.Comment = tagParams(c)
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	t, err := s.store.UpdateTag(c.ctx(), c.who, c.path("name"), patch)
+	if err != nil {
+		return nil, err
+	}
+	return tagView(t), nil
 }
 
 // tagMachines is op=machines: the machines with the tag that the caller
@@ -191,17 +250,10 @@ func tagUpdateNodes(s *Server, c *call) (any, error) {
 	return map[string]int{"added": added, "removed": removed}, nil
 }
 
-// tagDelete takes the tag off every machine that carries it.
+// tagDelete removes the tag: its definition, and the tag on every
+// machine that carries it, at once.
 func tagDelete(s *Server, c *call) (any, error) {
-	ms, err := s.taggedMachines(c.path("name"))
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(ms))
-	for i, m := range ms {
-		ids[i] = m.ID
-	}
-	if _, _, err := s.store.TagMachines(c.ctx(), c.who, c.path("name"), nil, ids, "MAAS API tag delete"); err != nil {
+	if _, err := s.store.DeleteTag(c.ctx(), c.who, c.path("name")); err != nil {
 		return nil, err
 	}
 	return emptyAnswer, nil

@@ -42,6 +42,7 @@ func (s *Store) check() error {
 		t.checkTokens(bad)
 		t.checkSSHKeys(bad)
 		t.checkUserFiles(bad)
+		t.checkTagDefs(bad)
 		t.checkDeployments(machines, bad)
 		t.checkAddresses(machines, bad)
 		return nil

@@ -501,3 +501,111 @@ func TestMAASTerraformMachines(t *testing.T) {
 		}
 	}
 }
+
+// TestMAASTerraformTags: Terraform's maas_tag, step by step as its
+// provider makes the calls through gomaasclient: create (a tag no machine
+// carries yet), read it back, tag the machines named, change the comment,
+// untag the others, delete; a user who is not an admin cannot define one,
+// and what rackd cannot do (an XPath definition) is refused.
+func TestMAASTerraformTags(t *testing.T) {
+	l := newMAASLab(t)
+	admin, alice := l.terraform(t, l.adminKey), l.terraform(t, l.alice)
+	l.call(t, "POST", "/api/v1/machines", api.CreateMachine{Hostname: "n2", Arch: "amd64", MACs: []string{"52:54:00:77:00:02"},
+		State: "READY"}, http.StatusCreated, nil)
+
+	find := func(c *client.Client, name string) *entity.Tag {
+		t.Helper()
+		tags, err := c.Tags.Get()
+		if err != nil {
+			t.Fatalf("Tags.Get: %v", err)
+		}
+		for _, tg := range tags {
+			if tg.Name == name {
+				return &tg
+			}
+		}
+		return nil
+	}
+	tagged := func(name string) []string {
+		t.Helper()
+		ms, err := admin.Tag.GetMachines(name)
+		if err != nil {
+			t.Fatalf("Tag.GetMachines(%s): %v", name, err)
+		}
+		var hosts []string
+		for _, m := range ms {
+			hosts = append(hosts, m.Hostname)
+		}
+		slices.Sort(hosts)
+		return hosts
+	}
+
+	// Create: findTag, then Tags.Create when it is not there.
+	if find(admin, "fast") != nil {
+		t.Fatal("tag fast exists before it is created")
+	}
+	tg, err := admin.Tags.Create(&entity.TagParams{Name: "fast", Comment: "NVMe boxes"})
+	if err != nil || tg.Name != "fast" || tg.Comment != "NVMe boxes" {
+		t.Fatalf("Tags.Create: %+v %v", tg, err)
+	}
+	// Read: the tag is there (and alice sees it), though no machine carries it.
+	if got := find(alice, "fast"); got == nil || got.Comment != "NVMe boxes" || got.Definition != "" || got.KernelOpts != "" {
+		t.Fatalf("alice's Tags.Get after the create: %+v", got)
+	}
+	if hosts := tagged("fast"); len(hosts) != 0 {
+		t.Fatalf("machines of a new tag: %v", hosts)
+	}
+	// Update with machines: AddMachines, then untag the others.
+	ms, err := admin.Machines.Get(&entity.MachinesParams{})
+	if err != nil {
+		t.Fatalf("Machines.Get: %v", err)
+	}
+	ids := map[string]string{}
+	for _, m := range ms {
+		ids[m.Hostname] = m.SystemID
+	}
+	if err := admin.Tag.AddMachines("fast", []string{ids["n1"], ids["n2"]}); err != nil {
+		t.Fatalf("Tag.AddMachines: %v", err)
+	}
+	if hosts := tagged("fast"); !slices.Equal(hosts, []string{"n1", "n2"}) {
+		t.Fatalf("tagged: %v", hosts)
+	}
+	if _, err := admin.Tag.Update("fast", &entity.TagParams{Name: "fast", Comment: "only n1"}); err != nil {
+		t.Fatalf("Tag.Update: %v", err)
+	}
+	if err := admin.Tag.RemoveMachines("fast", []string{ids["n2"]}); err != nil {
+		t.Fatalf("Tag.RemoveMachines: %v", err)
+	}
+	if got := find(admin, "fast"); got == nil || got.Comment != "only n1" {
+		t.Fatalf("after the update: %+v", got)
+	}
+	if hosts := tagged("fast"); !slices.Equal(hosts, []string{"n1"}) {
+		t.Fatalf("tagged after the update: %v", hosts)
+	}
+	// The machines show it.
+	if m, err := admin.Machine.Get(ids["n1"]); err != nil || !slices.Contains(m.TagNames, "fast") {
+		t.Fatalf("n1's tag_names: %+v %v", m.TagNames, err)
+	}
+
+	// Not an admin's: refused. An XPath definition: refused, never ignored.
+	if _, err := alice.Tags.Create(&entity.TagParams{Name: "mine"}); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Errorf("alice creates a tag: %v", err)
+	}
+	if _, err := admin.Tags.Create(&entity.TagParams{Name: "xpath", Definition: "//node[@class='disk']"}); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Errorf("a tag with a definition: %v", err)
+	}
+	if find(admin, "xpath") != nil || find(admin, "mine") != nil {
+		t.Error("a refused tag was made")
+	}
+
+	// Delete: gone, and off every machine.
+	if err := admin.Tag.Delete("fast"); err != nil {
+		t.Fatalf("Tag.Delete: %v", err)
+	}
+	if find(admin, "fast") != nil {
+		t.Fatal("tag fast still listed after its delete")
+	}
+	if m, err := admin.Machine.Get(ids["n1"]); err != nil || slices.Contains(m.TagNames, "fast") {
+		t.Fatalf("n1's tag_names after the delete: %+v %v", m.TagNames, err)
+	}
+}
