@@ -121,7 +121,7 @@ appliance: build
 ##   and B, a data partition) as dist/rackd-appliance-$(VERSION)-amd64.img
 ##   (and .img.zst), and its signed update bundle .bundle, from Debian's
 ##   packages and this checkout; signed with build/appliance-key/ (made when
-##   missing) unless APPLIANCE_KEY names a release key (README.md)
+##   missing) unless APPLIANCE_KEY names a release key (docs/APPLIANCE.md)
 appliance-image: test-deps
 	@VERSION=$(VERSION) bash scripts/appliance-image.sh
 

@@ -3,12 +3,16 @@
 package docs
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/BurntSushi/toml"
 )
 
 // root is the repository, seen from this folder.
@@ -104,5 +108,217 @@ func TestNoOutsideReferences(t *testing.T) {
 	}
 	if checked < 100 {
 		t.Fatalf("checked only %d files: is the walk rooted at the repository?", checked)
+	}
+}
+
+// TestConfigurationDocumented holds docs/CONFIGURATION.md's table of keys to
+// agent/default.toml, the defaults rackd runs with: every key of the
+// default configuration has a row whose default (the first backquoted word
+// of its second column) is the file's value, and every row names a key of
+// the file. A key added, renamed or given another default fails here until
+// the document says so.
+func TestConfigurationDocumented(t *testing.T) {
+	var defaults map[string]any
+	if _, err := toml.DecodeFile(filepath.Join(root, "agent", "default.toml"), &defaults); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	flattenTOML("", defaults, want)
+	if len(want) < 50 {
+		t.Fatalf("agent/default.toml has %d keys; is it still the default configuration?", len(want))
+	}
+	doc, err := os.ReadFile("CONFIGURATION.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([a-z0-9_.]+)` \\| ([^|]*) \\|")
+	firstWord := regexp.MustCompile("`([^`]*)`")
+	rows := row.FindAllSubmatch(doc, -1)
+	seen := map[string]bool{}
+	for _, m := range rows {
+		key, cell := string(m[1]), string(m[2])
+		if seen[key] {
+			t.Errorf("docs/CONFIGURATION.md documents %s twice", key)
+		}
+		seen[key] = true
+		value, ok := want[key]
+		if !ok {
+			t.Errorf("docs/CONFIGURATION.md documents %s, which agent/default.toml does not have", key)
+			continue
+		}
+		w := firstWord.FindStringSubmatch(cell)
+		if w == nil || w[1] != value {
+			t.Errorf("docs/CONFIGURATION.md gives %s the default %q; agent/default.toml has `%s`", key, strings.TrimSpace(cell), value)
+		}
+	}
+	for key, value := range want {
+		if !seen[key] {
+			t.Errorf("agent/default.toml has %s (default `%s`), which docs/CONFIGURATION.md does not document: add its row", key, value)
+		}
+	}
+}
+
+// flattenTOML writes the leaves of a decoded TOML table into out, by dotted
+// key, each as the document writes a default: a string as it is (`""` when
+// empty), numbers and booleans as TOML writes them, an array as TOML does.
+func flattenTOML(prefix string, table map[string]any, out map[string]string) {
+	for k, v := range table {
+		key := prefix + k
+		switch v := v.(type) {
+		case map[string]any:
+			flattenTOML(key+".", v, out)
+		case string:
+			if v == "" {
+				v = `""`
+			}
+			out[key] = v
+		case float64:
+			out[key] = strconv.FormatFloat(v, 'f', -1, 64)
+		case []any:
+			var parts []string
+			for _, e := range v {
+				parts = append(parts, fmt.Sprintf("%q", e))
+			}
+			out[key] = "[" + strings.Join(parts, ", ") + "]"
+		default:
+			out[key] = fmt.Sprint(v)
+		}
+	}
+}
+
+// TestReadmeLayout holds the README's layout table to the tree: every path
+// it names exists, every top-level folder is a row of its own, and every
+// package folder one level below a top-level folder (agent/cli,
+// store/kv, ...) is named in the table, so that a newcomer's map has
+// every place code lives. The benchmarks' folders are docs/BENCHMARKS.md's
+// (TestBenchmarksDocumented).
+func TestReadmeLayout(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(readme), "\n## Layout\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Layout" section`)
+	}
+	if next := strings.Index(table, "\n## "); next >= 0 {
+		table = table[:next]
+	}
+	rowRE := regexp.MustCompile("(?m)^\\| ([^|]+) \\| (.*) \\|$")
+	pathRE := regexp.MustCompile("`([a-z0-9][a-z0-9_.-]*(?:/[a-z0-9_.-]+)*/?)`")
+	rows := map[string]bool{}  // top-level folders with a row
+	named := map[string]bool{} // every path the table names
+	for _, m := range rowRE.FindAllStringSubmatch(table, -1) {
+		for _, p := range pathRE.FindAllStringSubmatch(m[1], -1) {
+			rows[strings.TrimSuffix(p[1], "/")] = true
+		}
+		for _, p := range pathRE.FindAllStringSubmatch(m[1]+" "+m[2], -1) {
+			named[strings.TrimSuffix(p[1], "/")] = true
+		}
+	}
+	if len(rows) < 10 {
+		t.Fatalf("README.md's layout table has %d folder rows; the pattern no longer matches it", len(rows))
+	}
+	for p := range named {
+		if !strings.Contains(p, "/") && !rows[p] {
+			continue // a word in backquotes (`http`), not a path
+		}
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("README.md's layout table names %s, which is not in the tree", p)
+		}
+	}
+	top, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignored := map[string]bool{"bin": true, "var": true, "dist": true, "build": true}
+	for _, d := range top {
+		if !d.IsDir() || strings.HasPrefix(d.Name(), ".") || ignored[d.Name()] {
+			continue
+		}
+		if !rows[d.Name()] {
+			t.Errorf("top-level folder %s/ has no row in README.md's layout table", d.Name())
+		}
+		if d.Name() == "bench" {
+			continue
+		}
+		subs, err := os.ReadDir(filepath.Join(root, d.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range subs {
+			p := d.Name() + "/" + s.Name()
+			if s.IsDir() && hasGoCode(filepath.Join(root, p)) && !namedUnder(named, p) {
+				t.Errorf("package folder %s is not named in README.md's layout table (in its folder's row, as `%s`)", p, p)
+			}
+		}
+	}
+}
+
+// namedUnder reports whether the table names p or a path below it
+// (agent/cmd/rackd names agent/cmd).
+func namedUnder(named map[string]bool, p string) bool {
+	for n := range named {
+		if n == p || strings.HasPrefix(n, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// hasGoCode reports whether dir or a folder below it (but testdata) holds a
+// Go file that is not a test.
+func hasGoCode(dir string) bool {
+	found := false
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || found {
+			return filepath.SkipAll
+		}
+		if d.IsDir() && d.Name() == "testdata" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+			found = true
+		}
+		return nil
+	})
+	return found
+}
+
+// TestBenchmarksDocumented: every benchmark the Makefile runs (a bench-NAME
+// target but bench-deps, which installs their peers) is in
+// docs/BENCHMARKS.md as `make bench-NAME`, and every one documented there
+// is a target.
+func TestBenchmarksDocumented(t *testing.T) {
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("BENCHMARKS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^(bench-[a-z0-9-]+):`).FindAllStringSubmatch(string(mk), -1) {
+		if m[1] != "bench-deps" {
+			targets[m[1]] = true
+		}
+	}
+	if len(targets) < 10 {
+		t.Fatalf("the Makefile has %d bench- targets; the pattern no longer matches", len(targets))
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile(`make (bench-[a-z0-9-]+)`).FindAllStringSubmatch(string(doc), -1) {
+		documented[m[1]] = true
+	}
+	for tg := range targets {
+		if !documented[tg] {
+			t.Errorf("make %s is not in docs/BENCHMARKS.md", tg)
+		}
+	}
+	for d := range documented {
+		if !targets[d] && d != "bench-deps" {
+			t.Errorf("docs/BENCHMARKS.md names make %s, which the Makefile does not have", d)
+		}
 	}
 }

@@ -7,7 +7,7 @@
 #   DIST/rackd-appliance-<version>-amd64.bundle   the slot for
 #                                                 `rackd appliance update`
 #
-# The disk (GPT, 512-byte sectors; README.md, "The appliance image"):
+# The disk (GPT, 512-byte sectors; docs/APPLIANCE.md, "The appliance image"):
 #
 #   1 bios        1 MiB    GRUB's core.img for legacy BIOS
 #   2 esp         64 MiB   FAT "RACKD-ESP": \EFI\BOOT\BOOTX64.EFI (GRUB for

@@ -39,7 +39,7 @@ import (
 
 // screenshotsEnv names a folder (relative to the repository's root) that
 // gets the screenshots besides build/screenshots: docs/ui regenerates the
-// ones the README shows.
+// ones docs/WEBUI.md shows.
 const screenshotsEnv = "RACKD_UI_SCREENSHOTS"
 
 // waitFor bounds every wait of a browser step; the machine running the

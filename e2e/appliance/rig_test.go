@@ -389,7 +389,7 @@ func (a *appliance) console() string {
 	return string(b)
 }
 
-// bannerRE is the line the init prints once rackd is healthy (README.md,
+// bannerRE is the line the init prints once rackd is healthy (docs/APPLIANCE.md,
 // "The appliance image"): the version, the slot, the API's URL and, at the
 // first boot, the admin token.
 var bannerRE = regexp.MustCompile(`rackd appliance (\S+) \(slot ([ab])\): API (http://[0-9.]+:\d+)/?(?: — admin token: (\S+))?`)

@@ -41,7 +41,7 @@ func mustCLI(t *testing.T, d *daemon, env []string, args ...string) string {
 	return out
 }
 
-// TestCLIAgainstDaemon drives the tour of the README with the real binary:
+// TestCLIAgainstDaemon drives the CLI with the real binary:
 // the CLI finds the admin token in the state directory, adds machines and a
 // user, allocates and hands over, and takes an online backup while writers
 // keep writing.
