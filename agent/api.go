@@ -63,6 +63,7 @@ func routes() []route {
 		{"GET /api/v1/machines/{id}/console-log", user, (*Agent).machineConsoleLog},
 		{"GET /api/v1/machines/{id}/console-log/{boot}", user, (*Agent).machineConsoleBoot},
 		{"POST /api/v1/machines/{id}/{action}", user, (*Agent).machineAction},
+		{"POST /api/v1/machines/{id}/abort", user, (*Agent).abort},
 		{"POST /api/v1/machines/{id}/power", user, (*Agent).requestPower},
 		{"GET /api/v1/machines/{id}/power", user, (*Agent).machinePower},
 		{"GET /api/v1/power/requests/{id}", user, (*Agent).powerRequest},
@@ -648,6 +649,23 @@ func (a *Agent) transitioned(m store.Machine, action store.Action, who store.Act
 		default: // full: the watchdog's sweep picks it up
 		}
 	}
+}
+
+// abort stops a machine's phase (abortMachine). The body, optional, is
+// {"reason"}.
+func (a *Agent) abort(w http.ResponseWriter, r *http.Request, who store.Actor) {
+	var req api.AbortRequest
+	if a.decodeBody(w, r, &req, true) != nil {
+		return
+	}
+	m, err := a.abortMachine(r.Context(), who, r.PathValue("id"), req.Reason)
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	v := a.machineViewFor(m, who)
+	v.Notice = manualNotice(m)
+	writeJSON(w, http.StatusOK, v)
 }
 
 func (a *Agent) allocate(w http.ResponseWriter, r *http.Request, who store.Actor) {

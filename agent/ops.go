@@ -70,6 +70,17 @@ func (a *Agent) transitionMachine(ctx context.Context, who store.Actor, req stor
 	return m, nil
 }
 
+// abortMachine stops the phase a machine is in (store.Abort): the same
+// operation for /api/v1, the CLI, the web UI and MAAS's op=abort.
+func (a *Agent) abortMachine(ctx context.Context, who store.Actor, machine, reason string) (store.Machine, error) {
+	m, err := a.store.Abort(ctx, who, machine, reason)
+	if err != nil {
+		return m, err
+	}
+	a.transitioned(m, store.ActionAbort, who)
+	return m, nil
+}
+
 // requestMachinePower queues a power action (store.RequestPower), once the
 // machine's driver is known to be one this rackd has.
 func (a *Agent) requestMachinePower(ctx context.Context, who store.Actor, machine string, action store.PowerAction, reason string) (store.PowerRequest, error) {
@@ -175,6 +186,10 @@ func (o maasOps) Deploy(ctx context.Context, who store.Actor, req store.DeployRe
 
 func (o maasOps) Transition(ctx context.Context, who store.Actor, req store.TransitionRequest) (store.Machine, error) {
 	return o.a.transitionMachine(ctx, who, req)
+}
+
+func (o maasOps) Abort(ctx context.Context, who store.Actor, machine, reason string) (store.Machine, error) {
+	return o.a.abortMachine(ctx, who, machine, reason)
 }
 
 func (o maasOps) Create(ctx context.Context, who store.Actor, nm store.NewMachine) (store.Machine, error) {

@@ -849,29 +849,28 @@ func machineCommission(s *Server, c *call) (any, error) {
 	return s.oneMachine(m)
 }
 
-// machineAbort stops a phase in progress: a commissioning or a deployment
-// fails at once (the machine stays held after a deployment, as MAAS's
-// abort leaves it allocated); an erasing release completes as a plain one
-// cannot, so it is refused.
+// machineAbort is MAAS's abort: who may is who may edit the machine (its
+// owner, for a deployment, or an admin), and MAAS aborts a commissioning,
+// a deployment or a disk erasing only (a plain release is refused as MAAS
+// refuses any other state). What an abort does is rackd's one operation
+// (Ops.Abort): a commissioning goes back to New (or Ready when the
+// hardware was known), a deployment to Allocated, and an erasing release
+// is Broken, as MAAS's abort of a disk erasing fails it.
 func machineAbort(s *Server, c *call) (any, error) {
 	m, err := s.visibleMachine(c)
 	if err != nil {
 		return nil, err
 	}
-	var action store.Action
-	switch m.State {
-	case store.StateCommissioning:
-		action = store.ActionCommissioningFailed
-	case store.StateDeploying:
-		action = store.ActionDeploymentFailed
+	if err := store.MayAct(c.who, m, store.ActionAbort); err != nil {
+		return nil, err
+	}
+	switch {
+	case m.State == store.StateCommissioning, m.State == store.StateDeploying,
+		m.State == store.StateReleasing && m.Erase:
 	default:
-		return nil, errorf(http.StatusConflict, "Cannot abort in current state: machine %s is %s; rackd aborts a commissioning or a deployment.", m.Hostname, statusOf(m).name)
+		return nil, errorf(http.StatusConflict, "Cannot abort in current state: machine %s is %s; rackd aborts a commissioning, a deployment or a disk erasing.", m.Hostname, statusOf(m).name)
 	}
-	reason := "aborted"
-	if cm := c.str("comment"); cm != "" {
-		reason += ": " + cm
-	}
-	m, err = s.ops.Transition(c.ctx(), c.who, store.TransitionRequest{Machine: m.ID, Action: action, Reason: reason})
+	m, err = s.ops.Abort(c.ctx(), c.who, m.ID, c.str("comment"))
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func routes() []Route {
 		{Method: "POST", Path: "machines/{system_id}/", Op: "commission", Handler: "MachineHandler", Handle: machineCommission,
 			Doc: "Admins: commission (skip_bmc_config accepted; enable_ssh, skip_networking, skip_storage and scripts refused)."},
 		{Method: "POST", Path: "machines/{system_id}/", Op: "abort", Handler: "MachineHandler", Handle: machineAbort,
-			Doc: "Abort a commissioning or a deployment: the machine's phase fails at once (Failed commissioning, Failed deployment)."},
+			Doc: "The owner (a deployment) or an admin: abort a commissioning (back to New, or Ready when commissioned before), a deployment (back to Allocated) or a disk erasing (Broken); the machine is powered off and its phase's credential dies."},
 		{Method: "POST", Path: "machines/{system_id}/", Op: "mark_broken", Handler: "MachineHandler", Handle: lifecycleAction(store.ActionMarkBroken),
 			Doc: "Admins: mark the machine Broken, with comment."},
 		{Method: "POST", Path: "machines/{system_id}/", Op: "mark_fixed", Handler: "MachineHandler", Handle: lifecycleAction(store.ActionMarkFixed),

@@ -41,6 +41,7 @@ type Ops interface {
 	Deploy(ctx context.Context, who store.Actor, req store.DeployRequest) (store.Machine, error)
 	Transition(ctx context.Context, who store.Actor, req store.TransitionRequest) (store.Machine, error)
 	RequestPower(ctx context.Context, who store.Actor, machine string, action store.PowerAction, reason string) (store.PowerRequest, error)
+	Abort(ctx context.Context, who store.Actor, machine, reason string) (store.Machine, error)
 }
 
 // Options configure a Server.

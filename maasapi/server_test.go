@@ -53,6 +53,10 @@ func (o storeOps) RequestPower(ctx context.Context, who store.Actor, machine str
 	return o.st.RequestPower(ctx, who, machine, action, reason)
 }
 
+func (o storeOps) Abort(ctx context.Context, who store.Actor, machine, reason string) (store.Machine, error) {
+	return o.st.Abort(ctx, who, machine, reason)
+}
+
 // testServer is a Server over a fresh store, served by httptest.
 type testServer struct {
 	st  *store.Store

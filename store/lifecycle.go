@@ -56,6 +56,7 @@ const (
 	ActionMarkBroken Action = "mark-broken"
 	ActionMarkFixed  Action = "mark-fixed"
 	ActionRetire     Action = "retire"
+	ActionAbort      Action = "abort"
 
 	ActionCommissioningDone   Action = "commissioning-done"
 	ActionCommissioningFailed Action = "commissioning-failed"
@@ -68,7 +69,7 @@ const (
 // Actions lists every action.
 var Actions = []Action{
 	ActionCommission, ActionAllocate, ActionDeploy, ActionRelease,
-	ActionMarkBroken, ActionMarkFixed, ActionRetire,
+	ActionMarkBroken, ActionMarkFixed, ActionRetire, ActionAbort,
 	ActionCommissioningDone, ActionCommissioningFailed,
 	ActionDeploymentDone, ActionDeploymentFailed, ActionReleaseDone, ActionReleaseFailed,
 }
@@ -106,6 +107,29 @@ var transitions = map[Action]struct {
 	ActionRetire: {[]State{StateNew, StateReady, StateFailedCommissioning, StateBroken}, StateRetired},
 }
 
+// aborts is abort's rule: for each state a phase runs in, the state an
+// abort stops it in. An abort powers the machine off (the policy of the
+// state it leads to, through the power queue) and ends the phase's
+// credential like any transition out of the phase; the event names who.
+//
+//   - COMMISSIONING: back to the state before the phase. A machine whose
+//     hardware is known (commissioned before, or created READY) is READY
+//     again with what it had; one never commissioned is NEW (the rule of
+//     mark-fixed). Nothing went wrong with the machine, so FAILED_* would
+//     say what is not true.
+//   - DEPLOYING: ALLOCATED, still its owner's, who may deploy again; the
+//     deployment (user-data, the OS's credential) is cancelled with it.
+//   - RELEASING, with or without an erase: BROKEN. The allocation has
+//     already ended, so there is no state before to go back to, and a
+//     release stopped before it saw its machine off (or its disks erased)
+//     must not hand the machine to the next user: the release-failed rule.
+//     An admin marks it fixed once satisfied.
+var aborts = map[State]State{
+	StateCommissioning: StateReady,
+	StateDeploying:     StateAllocated,
+	StateReleasing:     StateBroken,
+}
+
 // Next is the lifecycle as a pure function: the state that action leads to
 // from state from, or an *Error with CodeInvalidTransition naming both.
 // commissioned says whether the machine's hardware is known (it was
@@ -131,6 +155,16 @@ func Next(from State, action Action, commissioned bool) (State, error) {
 			return "", invalidTransition(from, action, to)
 		}
 		return to, nil
+	case ActionAbort:
+		to, ok := aborts[from]
+		if !ok {
+			return "", &Error{Code: CodeInvalidTransition, Msg: fmt.Sprintf(
+				"cannot abort a machine that is %s: only a phase in progress can be aborted (a machine COMMISSIONING, DEPLOYING or RELEASING)", from)}
+		}
+		if to == StateReady && !commissioned {
+			to = StateNew
+		}
+		return to, nil
 	}
 	t, ok := transitions[action]
 	if !ok {
@@ -145,13 +179,19 @@ func Next(from State, action Action, commissioned bool) (State, error) {
 }
 
 // MayAct is who may ask for a lifecycle action: an admin any, a machine's
-// owner deploy and release, nobody else anything (CodeForbidden, in
+// owner deploy, release and abort, nobody else anything (CodeForbidden, in
 // words). Transition applies it; the web UI asks it which actions to show.
+//
+// Abort's rights are those of the operation that started the phase it
+// stops: a deploy is the owner's (or an admin's); a commissioning and a
+// release (with or without an erase) run on a machine nobody holds any
+// more, so only an admin may stop them, as only an admin may start a
+// commissioning or act on an unheld machine.
 func MayAct(actor Actor, m Machine, action Action) error {
 	if actor.Admin {
 		return nil
 	}
-	ownerMay := action == ActionDeploy || action == ActionRelease
+	ownerMay := action == ActionDeploy || action == ActionRelease || action == ActionAbort
 	if ownerMay && m.Owner != "" && m.Owner == actor.Name {
 		return nil
 	}
@@ -162,6 +202,9 @@ func MayAct(actor Actor, m Machine, action Action) error {
 		if _, err := Next(m.State, action, m.Commissioned); err != nil {
 			return withMachine(err, m)
 		}
+	}
+	if action == ActionAbort && m.Owner == "" {
+		return errorf(CodeForbidden, "machine %s is held by nobody: only an admin may abort its %s", m.Hostname, abortWhat(m))
 	}
 	if ownerMay {
 		return errorf(CodeForbidden, "machine %s is not yours: only its owner or an admin may %s it", m.Hostname, action)
@@ -176,6 +219,19 @@ func MayDrivePower(actor Actor, m Machine) error {
 		return nil
 	}
 	return errorf(CodeForbidden, "machine %s is not yours: only its owner or an admin may drive its power", m.Hostname)
+}
+
+// abortWhat names, for a refusal, what an abort of m would stop.
+func abortWhat(m Machine) string {
+	switch {
+	case m.State == StateCommissioning:
+		return "commissioning"
+	case m.State == StateReleasing && m.Erase:
+		return "erase"
+	case m.State == StateReleasing:
+		return "release"
+	}
+	return "phase"
 }
 
 func invalidTransition(from State, action Action, to State) *Error {

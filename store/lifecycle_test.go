@@ -37,6 +37,7 @@ func TestLifecycleExhaustive(t *testing.T) {
 		ActionMarkBroken:          {N: B, C: B, FC: B, R: B, A: B, D: B, DD: B, FD: B, REL: B, RET: B},
 		ActionMarkFixed:           {B: R},
 		ActionRetire:              {N: RET, R: RET, FC: RET, B: RET},
+		ActionAbort:               {C: R, D: A, REL: B},
 	}
 	// target is where each action leads, as named in the refusal.
 	target := map[Action]State{
@@ -44,6 +45,9 @@ func TestLifecycleExhaustive(t *testing.T) {
 		ActionAllocate: A, ActionDeploy: D, ActionDeploymentDone: DD, ActionDeploymentFailed: FD,
 		ActionRelease: REL, ActionReleaseDone: R, ActionReleaseFailed: B, ActionMarkBroken: B, ActionMarkFixed: R, ActionRetire: RET,
 	}
+	// Abort has no single target to name: its refusal names the state and
+	// the states it stops.
+	abortRefusal := "cannot abort a machine that is %s: only a phase in progress can be aborted (a machine COMMISSIONING, DEPLOYING or RELEASING)"
 	if len(allowed) != len(Actions) || len(States) != 11 {
 		t.Fatalf("the test's table covers %d actions of %d, %d states", len(allowed), len(Actions), len(States))
 	}
@@ -61,29 +65,40 @@ func TestLifecycleExhaustive(t *testing.T) {
 					return
 				}
 				wantMsg := fmt.Sprintf("cannot %s a machine that is %s: %s -> %s is not allowed", action, from, from, target[action])
+				if action == ActionAbort {
+					wantMsg = fmt.Sprintf(abortRefusal, from)
+				}
 				if err == nil || CodeOf(err) != CodeInvalidTransition || err.Error() != wantMsg {
 					t.Fatalf("Next(%s, %s) = %q, %v; want refusal %q", from, action, got, err, wantMsg)
 				}
 			})
 		}
 	}
-	if cells != 11*13 {
-		t.Fatalf("covered %d cells, want 143", cells)
+	if cells != 11*14 {
+		t.Fatalf("covered %d cells, want 154", cells)
 	}
 }
 
-// A machine whose hardware was never learnt goes back to NEW when fixed.
+// A machine whose hardware was never learnt goes back to NEW when fixed,
+// and when its commissioning is aborted; the other aborts do not depend on
+// it.
 func TestMarkFixedUncommissioned(t *testing.T) {
 	tests := map[string]struct {
+		from         State
+		action       Action
 		commissioned bool
 		want         State
 	}{
-		"commissioned":   {true, StateReady},
-		"uncommissioned": {false, StateNew},
+		"fixed commissioned":     {StateBroken, ActionMarkFixed, true, StateReady},
+		"fixed uncommissioned":   {StateBroken, ActionMarkFixed, false, StateNew},
+		"abort commissioning":    {StateCommissioning, ActionAbort, true, StateReady},
+		"abort first commission": {StateCommissioning, ActionAbort, false, StateNew},
+		"abort deploy":           {StateDeploying, ActionAbort, false, StateAllocated},
+		"abort release":          {StateReleasing, ActionAbort, false, StateBroken},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := Next(StateBroken, ActionMarkFixed, tc.commissioned)
+			got, err := Next(tc.from, tc.action, tc.commissioned)
 			if err != nil || got != tc.want {
 				t.Fatalf("got %s, %v; want %s", got, err, tc.want)
 			}

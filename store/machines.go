@@ -470,6 +470,12 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 	if err != nil {
 		return Machine{}, err
 	}
+	if req.Action == ActionAbort {
+		// Another user's held machine does not exist for a user.
+		if err := MayView(actor, m, req.Machine); err != nil {
+			return Machine{}, err
+		}
+	}
 	if err := MayAct(actor, m, req.Action); err != nil {
 		return Machine{}, err
 	}
@@ -515,7 +521,7 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 			return Machine{}, err
 		}
 	}
-	from := m.State
+	from, phase := m.State, phaseOf(m)
 	m.State, m.StateSince = to, t.now
 	if to == StateReleasing {
 		m.Erase = req.Erase
@@ -543,9 +549,9 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 		if dep, err = t.startDeployment(m, req.deploy); err != nil {
 			return Machine{}, err
 		}
-	} else if !holds(to) && to != StateBroken {
-		// The allocation ends: the user-data and the OS credential go
-		// with it.
+	} else if (!holds(to) && to != StateBroken) || (req.Action == ActionAbort && from == StateDeploying) {
+		// The allocation ends, or the deployment is aborted: the
+		// user-data and the OS credential go with it.
 		if err := t.endDeployment(m.ID); err != nil {
 			return Machine{}, err
 		}
@@ -587,8 +593,25 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 	if req.Action == ActionDeploy {
 		reason = strings.TrimPrefix(reason+"; "+describeDeployment(dep), "; ")
 	}
+	if req.Action == ActionAbort {
+		reason = strings.TrimSuffix(abortedPhase(phase)+"; "+reason, "; ")
+	}
 	return m, t.addEvent(Event{Machine: m.ID, Actor: actor.Name, Action: string(req.Action),
 		From: from, To: to, Reason: reason})
+}
+
+// abortedPhase is an abort's event: what stopped, and what that leaves
+// undone.
+func abortedPhase(phase string) string {
+	switch phase {
+	case PhaseCommission:
+		return "commissioning aborted"
+	case PhaseDeploy:
+		return "deployment aborted: its user-data and OS credential are cancelled"
+	case PhaseErase:
+		return "erase aborted: the disks are not known to be erased"
+	}
+	return "release aborted before the machine was seen powered off"
 }
 
 // withMachine puts the machine's name into a transition refusal.

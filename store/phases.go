@@ -446,6 +446,17 @@ func (s *Store) StartRelease(ctx context.Context, actor Actor, idOrName, reason 
 	return s.Transition(ctx, actor, TransitionRequest{Machine: idOrName, Action: ActionRelease, Reason: reason, Erase: true})
 }
 
+// Abort stops the phase a machine is in (the rule: aborts in
+// lifecycle.go): it leaves the phase's state, its credential dies (a report
+// or seed fetch with it is refused from then on), an aborted deployment's
+// record and OS credential go, and the policy of the state it lands in
+// powers it off through the power queue. Who may: an admin; the owner of
+// a DEPLOYING machine. A machine in no phase is refused with
+// CodeInvalidTransition naming its state.
+func (s *Store) Abort(ctx context.Context, actor Actor, idOrName, reason string) (Machine, error) {
+	return s.Transition(ctx, actor, TransitionRequest{Machine: idOrName, Action: ActionAbort, Reason: reason})
+}
+
 // describeCredential is for errors and logs: never the token.
 func (c *Credential) String() string {
 	if c == nil {

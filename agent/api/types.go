@@ -239,6 +239,12 @@ type ActionRequest struct {
 	SSHKeys []string `json:"ssh_keys,omitempty"`
 }
 
+// AbortRequest is the optional body of POST /api/v1/machines/{id}/abort.
+type AbortRequest struct {
+	// Reason goes into the abort's event.
+	Reason string `json:"reason,omitempty"`
+}
+
 // Constraints select machines for allocate-by-constraints.
 type Constraints struct {
 	Arch        string   `json:"arch,omitempty"`
