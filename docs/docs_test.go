@@ -26,8 +26,9 @@ var (
 )
 
 // TestArchitecturePathsExist fails when docs/ARCHITECTURE.md names a file or
-// folder that is not in the tree, or says a file declares a function, method
-// or type that it does not: a rule that moved must move in the document too.
+// folder that is not in the tree, or says a file declares a function, method,
+// type or package-level variable or constant (a rule table) that it does
+// not: a rule that moved must move in the document too.
 func TestArchitecturePathsExist(t *testing.T) {
 	doc, err := os.ReadFile("ARCHITECTURE.md")
 	if err != nil {
@@ -54,7 +55,7 @@ func TestArchitecturePathsExist(t *testing.T) {
 			t.Errorf("docs/ARCHITECTURE.md names %s: %v", file, err)
 			continue
 		}
-		decl := regexp.MustCompile(`(?m)^(func (\([^)]*\) )?` + name + `\b|type ` + name + `\b)`)
+		decl := regexp.MustCompile(`(?m)^(func (\([^)]*\) )?` + name + `\b|(type|var|const) ` + name + `\b)`)
 		if !decl.Match(src) {
 			t.Errorf("docs/ARCHITECTURE.md says %s declares %s; it does not", file, name)
 		}
