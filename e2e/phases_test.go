@@ -78,7 +78,9 @@ func rawImage(t *testing.T, name, marker string, seed uint64) (dir, sum string) 
 	copy(b, bootSector)
 	msg := append([]byte("\r\n"+marker+"\r\n"), 0)
 	copy(b[len(bootSector):], msg)
-	// No partition table: SeaBIOS boots any sector ending in 55 AA.
+	// An MBR with four free slots: the 55 AA that SeaBIOS boots by is also
+	// the MBR signature, so the deploy environment adds the seed's
+	// partition in slot 1 (a deploy image needs a partition table).
 	clear(b[len(bootSector)+len(msg) : 510])
 	b[510], b[511] = 0x55, 0xAA
 	h := sha256.Sum256(b)
