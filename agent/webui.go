@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	"rackd/agent/api"
@@ -30,6 +32,7 @@ func (a *Agent) newUI() error {
 		Data:         uiData{a},
 		Log:          a.log.With("service", "webui"),
 		Bodies:       a.bodies,
+		PowerDrivers: slices.Sorted(maps.Keys(a.powerDrivers)),
 	})
 	if err != nil {
 		return err

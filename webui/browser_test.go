@@ -622,7 +622,7 @@ func TestBrowser(t *testing.T) {
 			case <-time.After(waitFor):
 				t.Fatal("no confirmation dialog")
 			}
-			if d := admin.takeDialogs(); len(d) != 1 || !strings.Contains(d[0], "Revoke token doomed?") {
+			if d := admin.takeDialogs(); len(d) != 1 || !strings.Contains(d[0], "Revoke token doomed of admin?") {
 				t.Errorf("dialogs %q", d)
 			}
 		}

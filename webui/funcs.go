@@ -3,6 +3,8 @@ package webui
 import (
 	"fmt"
 	"html/template"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,9 +16,22 @@ var funcs = template.FuncMap{
 	"lower":     strings.ToLower,
 	"transient": isTransient,
 	"when":      when,
+	"at":        at,
 	"dur":       dur,
 	"bytes":     humanBytes,
-	"mem":       func(mb int) string { return humanBytes(int64(mb) << 20) },
+	// mem and count show an unknown (0: never reported) as "-".
+	"mem": func(mb int) string {
+		if mb <= 0 {
+			return unknown
+		}
+		return humanBytes(int64(mb) << 20)
+	},
+	"count": func(n int) string {
+		if n <= 0 {
+			return unknown
+		}
+		return strconv.Itoa(n)
+	},
 	"pct": func(used, size uint64) string {
 		if size == 0 {
 			return "0%"
@@ -30,6 +45,25 @@ var funcs = template.FuncMap{
 	"anchor": func(s string) string { return strings.NewReplacer("/", "-", ".", "-", ":", "-").Replace(s) },
 	// high is where a pool's meter turns to warning: 90% used.
 	"high": func(size uint64) string { return fmt.Sprintf("%.1f", float64(size)*0.9) },
+	// hasAction says whether the actions offered include name.
+	"hasAction": func(as []actionView, name string) bool {
+		return slices.ContainsFunc(as, func(a actionView) bool { return a.Action == name })
+	},
+	// fingerprint shows a SHA-256 in hex as its bytes, colon-separated
+	// (as browsers and openssl show a certificate's).
+	"fingerprint": func(hex string) string {
+		if len(hex)%2 != 0 {
+			return hex
+		}
+		var b strings.Builder
+		for i := 0; i < len(hex); i += 2 {
+			if i > 0 {
+				b.WriteByte(':')
+			}
+			b.WriteString(strings.ToUpper(hex[i : i+2]))
+		}
+		return b.String()
+	},
 	"args": func(m api.Machine, csrf string, a actionView, d machineData) actionArgs {
 		return actionArgs{M: m, CSRF: csrf, A: a, Images: d.Images, ID: "act-" + a.Action}
 	},
@@ -43,6 +77,21 @@ type actionArgs struct {
 	A      actionView
 	Images []api.Image
 	ID     string
+}
+
+// unknown is what a page shows for a number nothing has reported.
+const unknown = "-"
+
+// at is when's text in a <time> element (which the style keeps on one
+// line), with the machine-readable time; nothing for none. The text is
+// made of digits and separators only.
+func at(v any) template.HTML {
+	s := when(v)
+	if s == "" {
+		return ""
+	}
+	iso := strings.Replace(strings.TrimSuffix(s, "Z"), " ", "T", 1) + "Z"
+	return template.HTML(`<time datetime="` + iso + `">` + s + `</time>`)
 }
 
 // when is a time as the pages show it (UTC, to the second); "" for none.

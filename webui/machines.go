@@ -326,13 +326,22 @@ type machineData struct {
 	PowerErr string
 	History  []api.PowerRequest
 	Phases   []phaseTiming
-	Actions  []actionView
-	Other    []actionView
-	CanPower bool
-	CanIPs   bool
-	Allocate bool
-	Images   []api.Image
-	Subnets  []api.Subnet
+	// MoreEvents, MorePower, MorePhases link to the page showing more of
+	// each ("" when everything is shown).
+	MoreEvents, MorePower, MorePhases string
+	// PowerFailure is the newest finished power request when it failed.
+	PowerFailure *api.PowerRequest
+	// PowerSettings: who may change the machine's power settings
+	// (PATCH /api/v1/machines/{id}), with the drivers this rackd has.
+	PowerSettings bool
+	Drivers       []string
+	Actions       []actionView
+	Other         []actionView
+	CanPower      bool
+	CanIPs        bool
+	Allocate      bool
+	Images        []api.Image
+	Subnets       []api.Subnet
 }
 
 func isTransient(state string) bool {
@@ -380,8 +389,46 @@ func phaseTimings(evs []api.Event, now time.Time) []phaseTiming {
 	return out
 }
 
+// The machine page shows the newest few of a machine's events, power
+// requests and phases; its "more" links ask for more (query parameters
+// events, power and phases), up to maxShown.
+const (
+	shownEvents, moreEvents = 10, 50
+	shownPower, morePower   = 5, 20
+	shownPhases, morePhases = 5, 20
+	// phaseEvents is how many of the newest events the phase timings are
+	// read from, at least.
+	phaseEvents = 200
+	maxShown    = 5000
+)
+
+// shown reads how many of a list the page shows: the query's key, at least
+// def, at most maxShown.
+func shown(q url.Values, key string, def int) int {
+	n, err := strconv.Atoi(q.Get(key))
+	if err != nil || n < def {
+		return def
+	}
+	return min(n, maxShown)
+}
+
+// moreURL is the machine page showing n of the list key, the rest as it is,
+// scrolled to anchor.
+func moreURL(id string, q url.Values, key string, n int, anchor string) string {
+	v := url.Values{}
+	for _, k := range []string{"events", "power", "phases"} {
+		if q.Get(k) != "" {
+			v.Set(k, q.Get(k))
+		}
+	}
+	v.Set(key, strconv.Itoa(n))
+	return machineBack(id) + "?" + v.Encode() + "#" + anchor
+}
+
 func (u *UI) machinePage(w http.ResponseWriter, r *http.Request, s *reqSession) {
 	id := r.PathValue("id")
+	q := r.URL.Query()
+	nEvents, nPower, nPhases := shown(q, "events", shownEvents), shown(q, "power", shownPower), shown(q, "phases", shownPhases)
 	var d machineData
 	res := u.call(r, s, http.MethodGet, "/api/v1/machines/"+seg(id), nil)
 	if res.Status == http.StatusNotFound {
@@ -392,7 +439,7 @@ func (u *UI) machinePage(w http.ResponseWriter, r *http.Request, s *reqSession) 
 		u.renderStatus(w, r, s, res.Status, "Error", err.Error())
 		return
 	}
-	if err := u.get(r, s, "/api/v1/machines/"+seg(d.M.ID)+"/events?limit=200", &d.Events); err != nil {
+	if err := u.get(r, s, "/api/v1/machines/"+seg(d.M.ID)+"/events?limit="+strconv.Itoa(max(phaseEvents, nEvents+1)), &d.Events); err != nil {
 		u.sessions.addFlash(s.session, flash{Error: true, Text: "events: " + err.Error()})
 	}
 	var p api.MachinePower
@@ -401,14 +448,31 @@ func (u *UI) machinePage(w http.ResponseWriter, r *http.Request, s *reqSession) 
 	} else {
 		d.Power = &p
 	}
-	hist, err := u.opts.Data.PowerHistory(d.M.ID, 20)
+	hist, err := u.opts.Data.PowerHistory(d.M.ID, nPower+1)
 	if err != nil {
 		u.log.Warn("webui: power history", "machine", d.M.ID, "err", err)
 	}
+	for i := range hist {
+		if st := hist[i].State; st == string(store.PowerDone) || st == string(store.PowerFailed) {
+			if st == string(store.PowerFailed) {
+				d.PowerFailure = &hist[i]
+			}
+			break
+		}
+	}
+	if len(hist) > nPower {
+		hist, d.MorePower = hist[:nPower], moreURL(d.M.ID, q, "power", nPower+morePower, "h-power-requests")
+	}
 	d.History = hist
 	d.Phases = phaseTimings(d.Events, u.now())
+	if len(d.Phases) > nPhases {
+		d.Phases, d.MorePhases = d.Phases[:nPhases], moreURL(d.M.ID, q, "phases", nPhases+morePhases, "h-phases")
+	}
 	// The timeline shows the newest first (the live updates add on top).
 	slices.Reverse(d.Events)
+	if len(d.Events) > nEvents {
+		d.Events, d.MoreEvents = d.Events[:nEvents], moreURL(d.M.ID, q, "events", nEvents+moreEvents, "h-events")
+	}
 	sm := store.Machine{ID: d.M.ID, Hostname: d.M.Hostname, Owner: d.M.Owner, State: store.State(d.M.State)}
 	for _, a := range lifecycleActions {
 		if store.MayAct(s.actor, sm, store.Action(a.Action)) != nil {
@@ -424,6 +488,12 @@ func (u *UI) machinePage(w http.ResponseWriter, r *http.Request, s *reqSession) 
 	}
 	d.CanPower = store.MayDrivePower(s.actor, sm) == nil && d.M.Power.Driver != ""
 	d.CanIPs = store.MayChangeAddresses(s.actor, sm) == nil
+	if d.PowerSettings = u.opts.Allowed(s.actor, http.MethodPatch, "/api/v1/machines/"+seg(d.M.ID)); d.PowerSettings {
+		d.Drivers = u.opts.PowerDrivers
+		if d.M.Power.Driver != "" && !slices.Contains(d.Drivers, d.M.Power.Driver) {
+			d.Drivers = append(slices.Clone(d.Drivers), d.M.Power.Driver)
+		}
+	}
 	_, aerr := store.Next(sm.State, store.ActionAllocate, false)
 	d.Allocate = aerr == nil && u.opts.Allowed(s.actor, http.MethodPost, "/api/v1/allocations")
 	if slices.ContainsFunc(d.Actions, func(a actionView) bool { return a.Deploy }) ||
@@ -467,6 +537,22 @@ func (u *UI) machineAction(w http.ResponseWriter, r *http.Request, s *reqSession
 		body = req
 	}
 	res := u.call(r, s, http.MethodPost, "/api/v1/machines/"+seg(id)+"/"+seg(action), body)
+	if res.Status == http.StatusConflict && (action == "commission" || action == "release" && req.Erase) &&
+		u.opts.Allowed(s.actor, http.MethodPatch, "/api/v1/machines/"+seg(id)) {
+		// The API's words name the CLI; on this page the form is at hand.
+		var m api.Machine
+		if u.get(r, s, "/api/v1/machines/"+seg(id), &m) == nil && m.Power.Driver == "" {
+			text := fmt.Sprintf("%s has no power driver, so nothing would boot it: set one in the power settings below "+
+				"(the manual driver if you power it by hand), then commission it again.", m.Hostname)
+			if action == "release" {
+				text = fmt.Sprintf("%s has no power driver, so nothing would boot the erase environment: release it without erase, "+
+					"or set a power driver in the power settings below first (the manual driver if you power it by hand).", m.Hostname)
+			}
+			u.sessions.addFlash(s.session, flash{Error: true, Text: text})
+			http.Redirect(w, r, machineBack(id)+"#power-settings", http.StatusSeeOther)
+			return
+		}
+	}
 	notice := ""
 	if res.OK() {
 		var m api.Machine
@@ -491,6 +577,101 @@ func (u *UI) machinePower(w http.ResponseWriter, r *http.Request, s *reqSession)
 		notice = fmt.Sprintf("Power %s queued (request %s).", pr.Action, pr.ID)
 	}
 	u.done(w, r, s, res, machineBack(id), notice)
+}
+
+// machinePowerSettings changes the machine's power driver, address,
+// credentials and the driver's own settings: PATCH /api/v1/machines/{id}
+// with the members the form changes (the credentials only when typed: they
+// are write-only and never shown back), then, when asked, a power query
+// that tries them on the BMC.
+func (u *UI) machinePowerSettings(w http.ResponseWriter, r *http.Request, s *reqSession) {
+	id := r.PathValue("id")
+	var m api.Machine
+	if err := u.get(r, s, "/api/v1/machines/"+seg(id), &m); err != nil {
+		u.done(w, r, s, apiResult{Status: http.StatusNotFound, Body: errorBody(err.Error())}, "/machines", "")
+		return
+	}
+	back := machineBack(m.ID)
+	f := func(k string) string { return strings.TrimSpace(r.PostFormValue(k)) }
+	driver := strings.ToLower(f("driver"))
+	patch := api.MachinePatch{Reason: f("reason")}
+	if driver == "" {
+		// No driver: every power parameter goes.
+		patch.Power = api.Field[*api.PowerPatch]{Set: true}
+	} else {
+		pp := &api.PowerPatch{Driver: api.Some(driver)}
+		if a := f("address"); a != m.Power.Address {
+			pp.Address = api.Some(a)
+		}
+		if r.PostFormValue("clear_credentials") == "on" {
+			pp.Username, pp.Password = api.Some(""), api.Some("")
+		} else {
+			if v := f("username"); v != "" {
+				pp.Username = api.Some(v)
+			}
+			if v := r.PostFormValue("password"); v != "" {
+				pp.Password = api.Some(v) // as typed: a password may have spaces
+			}
+		}
+		if driver == "redfish" {
+			if fp := f("tls_fingerprint"); fp != "" {
+				pp.TLSFingerprint = api.Some(fp)
+			} else if r.PostFormValue("forget_certificate") == "on" {
+				pp.TLSFingerprint = api.Some("")
+			}
+			if insecure := r.PostFormValue("insecure_tls") == "on"; insecure != m.Power.InsecureTLS {
+				pp.InsecureTLS = api.Some(insecure)
+			}
+			if bm := f("boot_mode"); bm != m.Power.BootMode {
+				pp.BootMode = api.Some(bm)
+			}
+		} else {
+			// Another driver takes none of redfish's settings.
+			if m.Power.TLSFingerprint != "" {
+				pp.TLSFingerprint = api.Some("")
+			}
+			if m.Power.InsecureTLS {
+				pp.InsecureTLS = api.Some(false)
+			}
+			if m.Power.BootMode != "" {
+				pp.BootMode = api.Some("")
+			}
+		}
+		switch cs := f("cipher_suite"); {
+		case driver != "ipmi":
+			pp.CipherSuite = api.Some(0)
+		case cs != "":
+			n, err := strconv.Atoi(cs)
+			if err != nil {
+				u.done(w, r, s, apiResult{Status: http.StatusBadRequest, Body: errorBody(fmt.Sprintf("IPMI cipher suite %q: want a number from 0 to 17", cs))}, back, "")
+				return
+			}
+			pp.CipherSuite = api.Some(n)
+		}
+		patch.Power = api.Some(pp)
+	}
+	res := u.call(r, s, http.MethodPatch, "/api/v1/machines/"+seg(m.ID), patch)
+	if !res.OK() {
+		u.done(w, r, s, res, back+"#power-settings", "")
+		return
+	}
+	var nm api.Machine
+	if err := res.Decode(&nm); err != nil {
+		u.done(w, r, s, apiResult{Status: http.StatusInternalServerError, Body: errorBody(err.Error())}, back, "")
+		return
+	}
+	notice := fmt.Sprintf("%s: power settings saved (driver %s).", nm.Hostname, cmp.Or(nm.Power.Driver, "none"))
+	if nm.Power.Driver != "" && nm.Power.Driver != "manual" && r.PostFormValue("query") == "on" {
+		q := u.call(r, s, http.MethodPost, "/api/v1/machines/"+seg(m.ID)+"/power", api.PowerAction{Action: "query", Reason: "check the new power settings"})
+		var pr api.PowerRequest
+		if q.OK() && q.Decode(&pr) == nil {
+			notice += fmt.Sprintf(" Querying the BMC with them (request %s): its answer shows below.", pr.ID)
+		} else {
+			notice += " The BMC could not be queried: " + q.Message()
+		}
+	}
+	u.sessions.addFlash(s.session, flash{Text: notice})
+	http.Redirect(w, r, back+"#h-power", http.StatusSeeOther)
 }
 
 // machineAllocate allocates the machine by name: POST /api/v1/allocations.

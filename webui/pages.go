@@ -234,7 +234,13 @@ func (u *UI) usersPage(w http.ResponseWriter, r *http.Request, s *reqSession) {
 			u.sessions.addFlash(s.session, flash{Error: true, Text: err.Error()})
 		}
 	}
-	if err := u.get(r, s, "/api/v1/tokens", &d.Tokens); err != nil {
+	// An admin sees every user's tokens (and may revoke any), others
+	// their own.
+	tokens := "/api/v1/tokens"
+	if s.actor.Admin {
+		tokens += "?all=true"
+	}
+	if err := u.get(r, s, tokens, &d.Tokens); err != nil {
 		u.sessions.addFlash(s.session, flash{Error: true, Text: err.Error()})
 	}
 	if err := u.get(r, s, "/api/v1/users/"+seg(s.actor.Name)+"/ssh-keys", &d.Keys); err != nil {

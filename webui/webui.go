@@ -87,6 +87,9 @@ type Options struct {
 	// forms share with the rest of the process (default: a gate of the
 	// UI's own).
 	Bodies *reqbody.Gate
+	// PowerDrivers are the power drivers this rackd has, offered by the
+	// machine page's power settings (default: ipmi, redfish, manual).
+	PowerDrivers []string
 	// SessionLifetime caps a session (default 12 hours; a token that
 	// expires sooner ends it sooner).
 	SessionLifetime time.Duration
@@ -127,6 +130,9 @@ func New(opts Options) (*UI, error) {
 	}
 	if opts.SessionLifetime <= 0 {
 		opts.SessionLifetime = 12 * time.Hour
+	}
+	if len(opts.PowerDrivers) == 0 {
+		opts.PowerDrivers = []string{"ipmi", "redfish", "manual"}
 	}
 	if opts.Name == "" {
 		opts.Name = "rack"
@@ -184,6 +190,7 @@ func (u *UI) routes() {
 	m.Handle("GET /machines/{id}", u.authed(u.machinePage))
 	m.Handle("POST /machines/{id}/action", u.authedForm(actionFormBytes, u.machineAction))
 	m.Handle("POST /machines/{id}/power", u.authed(u.machinePower))
+	m.Handle("POST /machines/{id}/power-settings", u.authed(u.machinePowerSettings))
 	m.Handle("POST /machines/{id}/allocate", u.authed(u.machineAllocate))
 	m.Handle("POST /machines/{id}/ips", u.authed(u.machineAssignIP))
 	m.Handle("POST /machines/{id}/ips/remove", u.authed(u.machineRemoveIP))

@@ -150,6 +150,17 @@
       if (p.error) row.lastElementChild.textContent = p.error;
     }
     row.dataset.state = p.state;
+    var failure = document.getElementById("power-failure");
+    if (failure && (p.state === "failed" || p.state === "done")) {
+      failure.hidden = p.state !== "failed";
+      if (p.state === "failed") {
+        failure.textContent = "The last power request (" + p.action + ", " + p.id + ") failed: " + (p.error || "no reason given");
+        failure.setAttribute("role", "alert");
+      } else {
+        failure.textContent = "";
+        failure.removeAttribute("role");
+      }
+    }
     announce("Power " + p.action + ": " + p.state + (p.error ? " (" + p.error + ")" : ""));
   }
 
@@ -231,7 +242,22 @@
     head.appendChild(box);
   }
 
+  // driverFields shows the power settings' fields of the driver chosen
+  // only (without the script, all are shown, each under its driver's name).
+  function driverFields() {
+    var sel = document.getElementById("ps-driver");
+    if (!sel) return;
+    function show() {
+      document.querySelectorAll("fieldset.driver-only").forEach(function (fs) {
+        fs.hidden = fs.dataset.driver !== sel.value;
+      });
+    }
+    sel.addEventListener("change", show);
+    show();
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    driverFields();
     live();
     imports();
     confirms();
