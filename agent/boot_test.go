@@ -16,6 +16,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/images"
+	"rackd/internal/netnstest"
 	"rackd/netboot/bootconf"
 	"rackd/store"
 )
@@ -78,7 +79,7 @@ func TestBootHTTP(t *testing.T) {
 
 // TestBootTFTP: the same tree and configs over TFTP, fetched with curl.
 func TestBootTFTP(t *testing.T) {
-	curl := requirePeer(t, "curl")
+	curl := netnstest.Tool(t, "curl")
 	ta := startAgent(t, func(c *Config) { c.TFTP.Listen = "127.0.0.1:0" })
 	select {
 	case <-ta.tftp.Ready():
@@ -109,7 +110,7 @@ func TestBootTFTP(t *testing.T) {
 // loads its image; the very next request after it is marked DEPLOYED boots
 // the local disk (no cache anywhere between the store and the answer).
 func TestDeployedBootsLocalAtOnce(t *testing.T) {
-	curl := requirePeer(t, "curl")
+	curl := netnstest.Tool(t, "curl")
 	ta := startAgent(t, func(c *Config) { c.TFTP.Listen = "127.0.0.1:0" })
 	select {
 	case <-ta.tftp.Ready():
@@ -184,7 +185,7 @@ func TestHTTPBaseFor(t *testing.T) {
 // TestBootTFTPErrors: a TFTP client is told why a file is not served, in
 // terms of what the operator must do.
 func TestBootTFTPErrors(t *testing.T) {
-	hpa := requirePeer(t, "tftp")
+	hpa := netnstest.Tool(t, "tftp")
 	ta := startAgent(t, func(c *Config) { c.TFTP.Listen = "127.0.0.1:0" })
 	select {
 	case <-ta.tftp.Ready():

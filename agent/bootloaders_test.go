@@ -14,6 +14,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/images"
+	"rackd/internal/netnstest"
 )
 
 // TestBootloadersScript runs scripts/bootloaders.sh (make bootloaders'
@@ -31,7 +32,7 @@ func TestBootloadersScript(t *testing.T) {
 			t.Skipf("%s not found: make bootloaders needs a Debian system", tool)
 		}
 	}
-	curl := requirePeer(t, "curl")
+	curl := netnstest.Tool(t, "curl")
 	repo, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)

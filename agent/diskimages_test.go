@@ -16,6 +16,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/internal/chunksum"
+	"rackd/internal/netnstest"
 )
 
 func hexSum(b []byte) string { h := sha256.Sum256(b); return hex.EncodeToString(h[:]) }
@@ -32,7 +33,7 @@ func testDisk() []byte {
 // peerOutput runs a peer program on stdin and returns its output.
 func peerOutput(t *testing.T, stdin []byte, name string, args ...string) []byte {
 	t.Helper()
-	cmd := exec.Command(requirePeer(t, name), args...)
+	cmd := exec.Command(netnstest.Tool(t, name), args...)
 	cmd.Stdin = bytes.NewReader(stdin)
 	out, err := cmd.Output()
 	if err != nil {
@@ -135,7 +136,7 @@ func TestImportCloudImage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(requirePeer(t, "sha256sum"), "jammy-server-cloudimg-amd64.img", "bookworm.raw.xz")
+	cmd := exec.Command(netnstest.Tool(t, "sha256sum"), "jammy-server-cloudimg-amd64.img", "bookworm.raw.xz")
 	cmd.Dir = dir
 	sums, err := cmd.Output()
 	if err != nil {

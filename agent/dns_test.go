@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"rackd/agent/api"
+	"rackd/internal/netnstest"
 )
 
 // dig asks the agent's DNS server with the real dig and returns its short
 // answer and the status line.
 func dig(t *testing.T, ta *testAgent, args ...string) (answer, status string) {
 	t.Helper()
-	digPath := requirePeer(t, "dig")
+	digPath := netnstest.Tool(t, "dig")
 	addr := ta.dns.Addr()
 	full := append([]string{"@" + addr.Addr().String(), "-p", strconv.Itoa(int(addr.Port())), "+tries=1", "+time=2"}, args...)
 	out, err := exec.Command(digPath, full...).CombinedOutput()
@@ -33,7 +34,7 @@ func dig(t *testing.T, ta *testAgent, args ...string) (answer, status string) {
 // TestDNSFromStore: the DNS server answers from the same store as DHCP and
 // the API, so a change is visible to the very next query (checked with dig).
 func TestDNSFromStore(t *testing.T) {
-	requirePeer(t, "dig")
+	netnstest.Tool(t, "dig")
 	ta := startAgent(t, func(c *Config) { c.DNS.Listen = "127.0.0.1:0" })
 	select {
 	case <-ta.dns.Ready():

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"rackd/agent/api"
+	"rackd/internal/netnstest"
 )
 
 // TestGrubPathsResolve: every file a rendered GRUB config loads resolves,
@@ -16,7 +17,7 @@ import (
 // GRUB without the http module (Debian's signed GRUB under Secure Boot).
 // GRUB's TFTP sends the path with its leading slash, as the fetches here.
 func TestGrubPathsResolve(t *testing.T) {
-	curl := requirePeer(t, "curl")
+	curl := netnstest.Tool(t, "curl")
 	ta := startAgent(t, func(c *Config) { c.TFTP.Listen = "127.0.0.1:0" })
 	select {
 	case <-ta.tftp.Ready():

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -14,23 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"rackd/agent/api"
+	"rackd/internal/netnstest"
 )
-
-// requirePeer finds a real peer program. Where the tests are expected to have
-// every peer (CI, or root, which `make test` provisions) a missing one fails
-// the test; elsewhere it skips with the reason.
-func requirePeer(t *testing.T, name string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err == nil {
-		return path
-	}
-	if os.Getenv("CI") != "" || os.Geteuid() == 0 {
-		t.Fatalf("%s not found: `make test-deps` installs it", name)
-	}
-	t.Skipf("%s not found and not root: run `make test-deps` as root to install it", name)
-	return ""
-}
 
 func scrape(t *testing.T, ta *testAgent) string {
 	t.Helper()
@@ -52,7 +36,7 @@ func scrape(t *testing.T, ta *testAgent) string {
 func lintMetrics(t *testing.T, text string) {
 	t.Helper()
 	t.Run("promtool", func(t *testing.T) {
-		promtool := requirePeer(t, "promtool")
+		promtool := netnstest.Tool(t, "promtool")
 		cmd := exec.Command(promtool, "check", "metrics")
 		cmd.Stdin = strings.NewReader(text)
 		var out bytes.Buffer

@@ -16,6 +16,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/enlist"
+	"rackd/internal/netnstest"
 	"rackd/nocloud"
 	"rackd/store"
 	"rackd/store/storetest"
@@ -44,7 +45,7 @@ func (ta *testAgent) getSeed(t *testing.T, auth string) (int, http.Header, []byt
 // peer that knows nothing of rackd's FAT writer.
 func seedFiles(t *testing.T, img []byte) map[string]string {
 	t.Helper()
-	mcopy := requirePeer(t, "mcopy")
+	mcopy := netnstest.Tool(t, "mcopy")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "seed.img")
 	if err := os.WriteFile(path, img, 0o600); err != nil {

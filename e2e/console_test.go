@@ -55,9 +55,7 @@ func TestE2EConsole(t *testing.T) {
 	requireVM(t)
 	img := enlistImage(t)
 	requirePhaseModes(t, img)
-	if !diskDriversListed(t) && os.Getenv("RACKD_E2E_IMAGE") == "" {
-		t.Skip("initramfs/modules.txt lists no disk driver (virtio_blk): the environment cannot see the VM's disk")
-	}
+	requireDiskDrivers(t)
 	l := newLab(t, labOptions{})
 	l.importImage(img)
 

@@ -168,9 +168,7 @@ func newOSLab(t *testing.T, o labOptions, dirs ...string) *osLab {
 	requireVM(t)
 	netnstest.Tool(t, "ipmi_sim")
 	netnstest.Tool(t, "ssh")
-	if !diskDriversListed(t) && os.Getenv("RACKD_E2E_IMAGE") == "" {
-		t.Skip("initramfs/modules.txt lists no disk driver (virtio_blk): the environment cannot see the VM's disk")
-	}
+	requireDiskDrivers(t)
 	img := enlistImage(t)
 	requirePhaseModes(t, img)
 	l := newLab(t, o)
@@ -193,10 +191,10 @@ func newOSLab(t *testing.T, o labOptions, dirs ...string) *osLab {
 	return &osLab{lab: l, v: v, m: m}
 }
 
-// requireSeedRoute skips the test while this rackd has no seed endpoint
-// (an anonymous GET of it is refused when it exists, and a 404 when it does
-// not): without a seed the deployed OS cannot report, and the deployment
-// ends when its image is written.
+// requireSeedRoute fails the test early, with a clear message, when rackd
+// serves no seed endpoint (an anonymous GET of it is refused when it
+// exists, and a 404 when it does not): without a seed the deployed OS
+// cannot report, and the deployment would only time out later.
 func requireSeedRoute(t *testing.T, l *lab) {
 	t.Helper()
 	resp, err := l.client.Get(l.url + enlist.PathSeed)
@@ -205,7 +203,7 @@ func requireSeedRoute(t *testing.T, l *lab) {
 	}
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
-		t.Skipf("rackd answers GET %s with 404: it serves no NoCloud seed yet, so no deployed OS can report", enlist.PathSeed)
+		t.Fatalf("rackd answers GET %s with 404: it serves no NoCloud seed, so no deployed OS can report", enlist.PathSeed)
 	}
 }
 

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
@@ -19,9 +18,7 @@ import (
 func TestE2ERedfishCommissionDeploy(t *testing.T) {
 	requireVM(t)
 	requireAllE2E(t, "the Redfish driver's power and one-time boot override are checked through the API against the simulated BMC, itself checked by redfishtool and sushy (agent TestPowerRedfish)")
-	if !diskDriversListed(t) && os.Getenv("RACKD_E2E_IMAGE") == "" {
-		t.Skip("initramfs/modules.txt lists no disk driver (virtio_blk): the environment cannot see the VM's disk")
-	}
+	requireDiskDrivers(t)
 	img := enlistImage(t)
 	requirePhaseModes(t, img)
 	l := newLab(t, labOptions{})

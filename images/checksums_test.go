@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"rackd/internal/netnstest"
 )
 
 func sum512(b []byte) string { h := sha512.Sum512(b); return hex.EncodeToString(h[:]) }
@@ -87,7 +89,7 @@ func TestParseChecksumsOfRealTools(t *testing.T) {
 		{"sha512sum", nil, AlgoSHA512},
 		{"sha512sum", []string{"--tag"}, AlgoSHA512},
 	} {
-		needTool(t, tc.tool, "coreutils")
+		netnstest.Tool(t, tc.tool)
 		cmd := exec.Command(tc.tool, append(tc.args, names...)...)
 		cmd.Dir = dir
 		out, err := cmd.Output()

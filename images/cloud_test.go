@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"rackd/internal/netnstest"
 )
 
 // cloudDir is a vendor's image directory: a raw image, its xz, a qcow2 made
@@ -16,7 +18,7 @@ import (
 func cloudDir(t *testing.T) (dir string, raw []byte) {
 	t.Helper()
 	for _, tool := range []struct{ name, pkg string }{{"sha256sum", "coreutils"}, {"sha512sum", "coreutils"}, {"xz", "xz-utils"}, {"qemu-img", "qemu-utils"}} {
-		needTool(t, tool.name, tool.pkg)
+		netnstest.Tool(t, tool.name)
 	}
 	dir = t.TempDir()
 	raw = rawDisk(2 << 20)

@@ -16,20 +16,8 @@ import (
 	"time"
 
 	"rackd/internal/chunksum"
+	"rackd/internal/netnstest"
 )
-
-// needTool fails the test when the peer program is missing where
-// scripts/test-deps.sh has run (root, CI), and skips it elsewhere.
-func needTool(t *testing.T, name, pkg string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err == nil {
-		return
-	}
-	if os.Getenv("CI") != "" || os.Geteuid() == 0 {
-		t.Fatalf("%s not found (Debian package %s): `make test-deps` installs it", name, pkg)
-	}
-	t.Skipf("%s not found (Debian package %s) and not root: run `make test-deps` as root to install it", name, pkg)
-}
 
 // rawDisk is a small raw disk image: an MBR with its boot signature and a
 // partition entry, then data that compresses neither to nothing nor not at
@@ -118,7 +106,7 @@ func TestImportCompressedDisk(t *testing.T) {
 	}
 	for _, tl := range tools {
 		t.Run(tl.tool+strings.Join(tl.args, ""), func(t *testing.T) {
-			needTool(t, tl.tool, tl.pkg)
+			netnstest.Tool(t, tl.tool)
 			comp := compress(t, tl.tool, tl.args, raw)
 			for _, tc := range []struct {
 				name string
@@ -264,9 +252,9 @@ func TestImportRawDisk(t *testing.T) {
 // lists the cut file), a corrupt gzip, a compressed qcow2, and a zstd
 // stream that decompresses to nothing.
 func TestImportBrokenCompressed(t *testing.T) {
-	needTool(t, "xz", "xz-utils")
-	needTool(t, "gzip", "gzip")
-	needTool(t, "zstd", "zstd")
+	netnstest.Tool(t, "xz")
+	netnstest.Tool(t, "gzip")
+	netnstest.Tool(t, "zstd")
 	raw := rawDisk(4 << 20)
 	xzData := compress(t, "xz", []string{"-c", "-T1"}, raw)
 	gz := compress(t, "gzip", []string{"-c"}, raw)
@@ -307,8 +295,8 @@ func TestImportBrokenCompressed(t *testing.T) {
 // one with a backing file, one with an external data file, one larger
 // than MaxFileSize and a qcow version 1 are refused before any conversion.
 func TestImportQCOW2(t *testing.T) {
-	needTool(t, "qemu-img", "qemu-utils")
-	needTool(t, "zstd", "zstd")
+	netnstest.Tool(t, "qemu-img")
+	netnstest.Tool(t, "zstd")
 	dir := t.TempDir()
 	raw := rawDisk(5 << 20)
 	rawPath := filepath.Join(dir, "disk.raw")
@@ -464,8 +452,8 @@ func FuzzSniff(f *testing.F) {
 // A cancel while the import looks into a disk image (decompressing an xz
 // as it downloads, converting a qcow2) stops it and leaves nothing behind.
 func TestImportDiskCancelledInStep(t *testing.T) {
-	needTool(t, "xz", "xz-utils")
-	needTool(t, "qemu-img", "qemu-utils")
+	netnstest.Tool(t, "xz")
+	netnstest.Tool(t, "qemu-img")
 	raw := rawDisk(2 << 20)
 	dir := t.TempDir()
 	rawPath := filepath.Join(dir, "disk.raw")
@@ -508,7 +496,7 @@ func TestImportDiskCancelledInStep(t *testing.T) {
 // of all of it, as the deploy environment writes all of it.
 func TestImportConcatenatedStreams(t *testing.T) {
 	for _, tl := range []struct{ tool, pkg string }{{"gzip", "gzip"}, {"xz", "xz-utils"}, {"zstd", "zstd"}} {
-		needTool(t, tl.tool, tl.pkg)
+		netnstest.Tool(t, tl.tool)
 	}
 	a, b := rawDisk(1<<20), bytes.Repeat([]byte("second part "), 40000)
 	whole := append(bytes.Clone(a), b...)

@@ -814,47 +814,81 @@ func TestLeasesSurviveReopen(t *testing.T) {
 
 // TestDeclineRacesAck: a DHCPDECLINE checked while another client's ACK of
 // the same address waits in the committer must not quarantine that
-// client's fresh lease: either the decline comes first (and the ACK is
-// refused) or the ACK does (and the decline is).
+// client's fresh lease: whichever the committer takes first wins and the
+// other is refused, in either order.
 func TestDeclineRacesAck(t *testing.T) {
-	var armed atomic.Bool
-	entered, gate := make(chan struct{}), make(chan struct{})
-	s, _ := newIPAM(t, []store.Subnet{onePool()}, func(o *store.Options) {
-		o.OnCommit = func(int, time.Duration) {
-			if armed.CompareAndSwap(true, false) {
-				close(entered)
-				<-gate // hold the committer
+	for _, declineFirst := range []bool{false, true} {
+		name := "ack first"
+		if declineFirst {
+			name = "decline first"
+		}
+		t.Run(name, func(t *testing.T) {
+			var armed atomic.Bool
+			entered, gate := make(chan struct{}), make(chan struct{})
+			s, _ := newIPAM(t, []store.Subnet{onePool()}, func(o *store.Options) {
+				o.OnCommit = func(int, time.Duration) {
+					if armed.CompareAndSwap(true, false) {
+						close(entered)
+						<-gate // hold the committer
+					}
+				}
+			})
+			armed.Store(true)
+			var wg sync.WaitGroup
+			var reserveErr, ackErr, declineErr error
+			wg.Go(func() { _, reserveErr = s.Reserve(bg, alice, store.ReserveRequest{IP: addr("10.0.0.30")}) })
+			<-entered
+			ack := func() {
+				wg.Go(func() { _, ackErr = s.DHCPAck(bg, store.LeaseRequest{MAC: macB, Link: link, IP: addr("10.0.0.100")}) })
 			}
-		}
-	})
-	armed.Store(true)
-	var wg sync.WaitGroup
-	var reserveErr, ackErr, declineErr error
-	wg.Go(func() { _, reserveErr = s.Reserve(bg, alice, store.ReserveRequest{IP: addr("10.0.0.30")}) })
-	<-entered
-	wg.Go(func() { _, ackErr = s.DHCPAck(bg, store.LeaseRequest{MAC: macB, Link: link, IP: addr("10.0.0.100")}) })
-	time.Sleep(20 * time.Millisecond) // the ACK is queued
-	wg.Go(func() { declineErr = s.DHCPDecline(bg, macA, addr("10.0.0.100")) })
-	time.Sleep(20 * time.Millisecond) // the decline has looked and is queued
-	close(gate)
-	wg.Wait()
-	if reserveErr != nil {
-		t.Fatal(reserveErr)
+			decline := func() { wg.Go(func() { declineErr = s.DHCPDecline(bg, macA, addr("10.0.0.100")) }) }
+			first, second := ack, decline
+			if declineFirst {
+				first, second = decline, ack
+			}
+			// Each is queued (it has looked at the address, and waits
+			// for the held committer) before the next is sent.
+			first()
+			waitQueued(t, s, 1)
+			second()
+			waitQueued(t, s, 2)
+			close(gate)
+			wg.Wait()
+			if reserveErr != nil {
+				t.Fatal(reserveErr)
+			}
+			a := addressMap(t, s)[addr("10.0.0.100")]
+			if declineFirst {
+				if declineErr != nil {
+					t.Fatalf("the decline, first: %v", declineErr)
+				}
+				wantCode(t, ackErr, store.CodeNak)
+				if a.Kind != store.KindDiscovered {
+					t.Errorf("the declined address is %+v", a)
+				}
+				return
+			}
+			if ackErr != nil {
+				t.Fatalf("the ACK, first: %v", ackErr)
+			}
+			wantCode(t, declineErr, store.CodeIPInUse)
+			if a.Kind != store.KindDynamic || a.MAC != macB {
+				t.Errorf("the acked lease became %+v", a)
+			}
+		})
 	}
-	a := addressMap(t, s)[addr("10.0.0.100")]
-	switch {
-	case ackErr == nil:
-		wantCode(t, declineErr, store.CodeIPInUse)
-		if a.Kind != store.KindDynamic || a.MAC != macB {
-			t.Errorf("the acked lease became %+v", a)
+}
+
+// waitQueued waits (5 s at most) until n operations wait for s's
+// committer.
+func waitQueued(t *testing.T, s *store.Store, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for store.QueuedOps(s) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d operations queued, want %d", store.QueuedOps(s), n)
 		}
-	case declineErr == nil:
-		wantCode(t, ackErr, store.CodeNak)
-		if a.Kind != store.KindDiscovered {
-			t.Errorf("the declined address is %+v", a)
-		}
-	default:
-		t.Errorf("both refused: ack %v, decline %v", ackErr, declineErr)
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"rackd/internal/netnstest"
 )
 
 func TestParseCmdline(t *testing.T) {
@@ -275,7 +277,7 @@ func TestNICs(t *testing.T) {
 }
 
 func TestHasExtFSAndFormat(t *testing.T) {
-	mke2fs, e2fsck := tool(t, "mke2fs"), tool(t, "e2fsck")
+	mke2fs, e2fsck := netnstest.Tool(t, "mke2fs"), netnstest.Tool(t, "e2fsck")
 	img := filepath.Join(t.TempDir(), "data.img")
 	if err := os.WriteFile(img, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -311,28 +313,13 @@ func TestHasExtFSAndFormat(t *testing.T) {
 	if err != nil {
 		t.Fatalf("e2fsck -fn: %v\n%s", err, out)
 	}
-	if out, err := exec.Command(tool(t, "dumpe2fs"), "-h", img).CombinedOutput(); err != nil ||
+	if out, err := exec.Command(netnstest.Tool(t, "dumpe2fs"), "-h", img).CombinedOutput(); err != nil ||
 		!strings.Contains(string(out), "Filesystem volume name:   rackd-data") || !strings.Contains(string(out), "extent") {
 		t.Fatalf("dumpe2fs -h: %v\n%s", err, out)
 	}
 	if err := Format(context.Background(), mke2fs, filepath.Join(t.TempDir(), "missing", "x")); err == nil {
 		t.Fatal("Format of a missing device succeeded")
 	}
-}
-
-func tool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if p2, err2 := exec.LookPath("/usr/sbin/" + name); err2 == nil {
-			return p2
-		}
-		if os.Getenv("CI") != "" || os.Geteuid() == 0 {
-			t.Fatalf("%s not found (scripts/test-deps.sh installs it): %v", name, err)
-		}
-		t.Skipf("%s not found: %v", name, err)
-	}
-	return p
 }
 
 func TestDataPrepare(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"rackd/internal/netnstest"
 )
 
 // applianceLayout is the appliance image's partition table in sfdisk's
@@ -26,7 +28,7 @@ start=16384, size=4096, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name="rackd-d
 // sfdiskImage makes an image of size bytes partitioned by the real sfdisk.
 func sfdiskImage(t *testing.T, size int64, script string) string {
 	t.Helper()
-	sfdisk := tool(t, "sfdisk")
+	sfdisk := netnstest.Tool(t, "sfdisk")
 	img := filepath.Join(t.TempDir(), "disk.img")
 	if err := os.WriteFile(img, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -40,18 +42,6 @@ func sfdiskImage(t *testing.T, size int64, script string) string {
 		t.Fatalf("sfdisk: %v\n%s", err, out)
 	}
 	return img
-}
-
-func tool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" || os.Geteuid() == 0 {
-			t.Fatalf("%s not found (scripts/test-deps.sh installs it): %v", name, err)
-		}
-		t.Skipf("%s not found: %v", name, err)
-	}
-	return p
 }
 
 type sfdiskTable struct {
@@ -68,7 +58,7 @@ type sfdiskTable struct {
 
 func readTable(t *testing.T, img string) sfdiskTable {
 	t.Helper()
-	out, err := exec.Command(tool(t, "sfdisk"), "--json", img).Output()
+	out, err := exec.Command(netnstest.Tool(t, "sfdisk"), "--json", img).Output()
 	if err != nil {
 		t.Fatalf("sfdisk --json: %v", err)
 	}
@@ -82,10 +72,10 @@ func readTable(t *testing.T, img string) sfdiskTable {
 // verify runs both real partitioners' checks on the image.
 func verify(t *testing.T, img string) {
 	t.Helper()
-	if out, err := exec.Command(tool(t, "sfdisk"), "--verify", img).CombinedOutput(); err != nil || !strings.Contains(string(out), "No errors detected") {
+	if out, err := exec.Command(netnstest.Tool(t, "sfdisk"), "--verify", img).CombinedOutput(); err != nil || !strings.Contains(string(out), "No errors detected") {
 		t.Fatalf("sfdisk --verify: %v\n%s", err, out)
 	}
-	out, err := exec.Command(tool(t, "sgdisk"), "-v", img).CombinedOutput()
+	out, err := exec.Command(netnstest.Tool(t, "sgdisk"), "-v", img).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "No problems found") {
 		t.Fatalf("sgdisk -v: %v\n%s", err, out)
 	}

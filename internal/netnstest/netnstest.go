@@ -50,14 +50,21 @@ func Require(t testing.TB) {
 	Tool(t, "ip")
 }
 
-// Tool returns the path of an external program a test needs. When it is
-// missing the test is skipped if it could not have run anyway (not root, not
-// CI), and fails otherwise.
+// Tool returns the path of an external program (a real peer) a test needs,
+// looked up in PATH and then in /usr/sbin (where Debian puts many, outside
+// a user's PATH). This is the one policy for missing peers: where
+// scripts/test-deps.sh has run (root, as make test and CI run) a missing one
+// fails the test; elsewhere, where it could not have run anyway, it skips.
 func Tool(t testing.TB, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err == nil {
 		return p
+	}
+	if !strings.Contains(name, "/") {
+		if p, err2 := exec.LookPath("/usr/sbin/" + name); err2 == nil {
+			return p
+		}
 	}
 	if os.Getenv("CI") != "" || os.Geteuid() == 0 {
 		t.Fatalf("netnstest: %s not found (%v); install it (see scripts/test-deps.sh)", name, err)

@@ -3,7 +3,6 @@ package dns
 import (
 	"context"
 	"net/netip"
-	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -11,27 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"rackd/internal/netnstest"
 )
 
 // These tests put a real peer, ISC dig (Debian bind9-dnsutils), against the
 // server on loopback. dig checks the replies with its own parser, sends
 // EDNS0 with a cookie by default, and falls back to TCP on TC as resolvers
 // do.
-
-// needDig finds dig. Where the real-peer tests must run (CI, or as root as
-// CI runs) a missing dig fails the test; elsewhere it skips.
-func needDig(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("dig")
-	if err == nil {
-		return path
-	}
-	if os.Getenv("CI") != "" || os.Geteuid() == 0 {
-		t.Fatalf("dig is needed for the real-peer DNS tests (apt-get install bind9-dnsutils): %v", err)
-	}
-	t.Skipf("dig not installed (apt-get install bind9-dnsutils); skipping the real-peer DNS tests: %v", err)
-	return ""
-}
 
 // digReply is what a test reads of dig's output.
 type digReply struct {
@@ -91,7 +77,7 @@ func dig(t *testing.T, path string, addr netip.AddrPort, args ...string) digRepl
 }
 
 func TestDig(t *testing.T) {
-	path := needDig(t)
+	path := netnstest.Tool(t, "dig")
 	z := newFakeZone()
 	s, _ := startServer(t, Config{}, z)
 	addr := s.Addr()
@@ -187,7 +173,7 @@ func TestDig(t *testing.T) {
 
 // dig retries a truncated answer over TCP and gets all of it.
 func TestDigFallsBackToTCP(t *testing.T) {
-	path := needDig(t)
+	path := netnstest.Tool(t, "dig")
 	s, _ := startServer(t, Config{}, newFakeZone())
 	r := dig(t, path, s.Addr(), "+bufsize=512", "many.rack.example", "AAAA")
 	if r.status != "NOERROR" || r.flag("tc") || len(r.answer) != 100 || r.transport != "TCP" {
@@ -197,7 +183,7 @@ func TestDigFallsBackToTCP(t *testing.T) {
 
 // A change in the zone is in the very next dig.
 func TestDigSeesChanges(t *testing.T) {
-	path := needDig(t)
+	path := netnstest.Tool(t, "dig")
 	z := newFakeZone()
 	s, _ := startServer(t, Config{}, z)
 	addr := s.Addr()

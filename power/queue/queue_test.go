@@ -124,6 +124,22 @@ func (h *harness) waitFor(what string, cond func() bool) {
 	}
 }
 
+// settled waits until machine's worker has looked at every request made
+// before the call: it takes its kicks one at a time, so the receipt of a
+// second kick sent now proves it is done with what the first woke it for.
+func (h *harness) settled(machine string) {
+	h.t.Helper()
+	for range 2 {
+		h.q.Kick(machine)
+		h.waitFor("the worker of "+machine+" to take its kick", func() bool {
+			h.q.mu.Lock()
+			defer h.q.mu.Unlock()
+			w := h.q.workers[machine]
+			return w == nil || len(w.kick) == 0
+		})
+	}
+}
+
 func (h *harness) waitFinal(ids ...string) {
 	h.t.Helper()
 	for _, id := range ids {
@@ -328,7 +344,7 @@ func TestBackoffCancelled(t *testing.T) {
 	cfg2 := h.request(id, store.PowerOn)
 	h.waitFor("the attempt to fail", func() bool { return h.get(cfg2.ID).Attempts == 1 && h.fake.Count(key, powertest.CmdOn) == 2 })
 	again := h.request(id, store.PowerCycle)
-	time.Sleep(50 * time.Millisecond)
+	h.settled(id)
 	if got := h.get(cfg2.ID); got.State != store.PowerRunning {
 		t.Errorf("a newer request with the same final state cut the backoff: %+v", got)
 	}
@@ -648,7 +664,9 @@ func TestPollEnforceAndExpect(t *testing.T) {
 		evs, _ := h.st.Events(broken, 1)
 		return len(evs) == 1 && evs[0].Action == "power-drift"
 	})
-	time.Sleep(300 * time.Millisecond) // a few more polls
+	// Three more polls of broken: each would have corrected the drift.
+	polls := h.fake.Count(brokenKey, powertest.CmdStatus)
+	h.waitFor("three more polls", func() bool { return h.fake.Count(brokenKey, powertest.CmdStatus) >= polls+3 })
 	if h.fake.State(brokenKey) != power.StateOn || h.fake.Count(brokenKey, powertest.CmdOff) != 1 {
 		t.Errorf("expect corrected the drift")
 	}

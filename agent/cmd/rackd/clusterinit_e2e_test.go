@@ -159,7 +159,7 @@ func TestClusterInitJoin(t *testing.T) {
 
 	// An image imported on a is served by b: the registry is shared, the
 	// blobs are fetched from a peer, checked, on demand.
-	curl := needPeer(t, "curl")
+	curl := netnstest.Tool(t, "curl")
 	kernel := make([]byte, 3<<20)
 	rand.Read(kernel)
 	initrd := []byte("an initrd that a will spoil")

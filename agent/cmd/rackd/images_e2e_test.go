@@ -15,22 +15,8 @@ import (
 	"testing"
 
 	"rackd/agent/api"
+	"rackd/internal/netnstest"
 )
-
-// needPeer returns the path of a peer program, failing where
-// scripts/test-deps.sh has run (root, CI) and skipping elsewhere.
-func needPeer(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") != "" || os.Geteuid() == 0 {
-		t.Fatalf("%s not found: `make test-deps` installs it", name)
-	}
-	t.Skipf("%s not found and not root: run `make test-deps` as root to install it", name)
-	return ""
-}
 
 // TestCLIImportsCloudImage: the real CLI against a real rackd imports a
 // vendor's qcow2 (made by qemu-img) from a loopback HTTP server with the
@@ -38,7 +24,7 @@ func needPeer(t *testing.T, name string) string {
 // fetches from /boot/ is the zstd of the raw image (the real zstd says
 // so). A wrong --sha256 registers nothing.
 func TestCLIImportsCloudImage(t *testing.T) {
-	qemuImg, sha512sum, curl, zstd := needPeer(t, "qemu-img"), needPeer(t, "sha512sum"), needPeer(t, "curl"), needPeer(t, "zstd")
+	qemuImg, sha512sum, curl, zstd := netnstest.Tool(t, "qemu-img"), netnstest.Tool(t, "sha512sum"), netnstest.Tool(t, "curl"), netnstest.Tool(t, "zstd")
 	dir := t.TempDir()
 	raw := bytes.Repeat([]byte("a cloud image's root file system "), 64<<10)
 	raw = append(raw, make([]byte, 3<<20)...) // and the zeros qcow2 leaves out
