@@ -44,8 +44,11 @@ const DefaultURL = "http://127.0.0.1:5240"
 // Main runs the rackd command line with args (without the program name) and
 // returns the process exit code: 0 ok, 1 the API, the network or a local file
 // refused, 2 usage error.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer, serve ServeFunc) int {
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, serve ServeFunc, opts ...Option) int {
 	e := &env{ctx: ctx, stdout: stdout, stderr: stderr}
+	for _, o := range opts {
+		o(e)
+	}
 
 	// Global flags may come before the verb too: rackd --json machines list.
 	top := flag.NewFlagSet("rackd", flag.ContinueOnError)
@@ -208,9 +211,19 @@ func isGlobalFlag(name string) bool {
 
 // env is what a verb runs with.
 type env struct {
-	ctx            context.Context
-	stdout, stderr io.Writer
-	g              globals
+	ctx             context.Context
+	stdout, stderr  io.Writer
+	g               globals
+	systemTokenFile string // "": SystemTokenFile
+}
+
+// Option changes how Main runs.
+type Option func(*env)
+
+// WithSystemTokenFile makes path the admin token file read last, in place
+// of SystemTokenFile (a test's, so that the host's own does not count).
+func WithSystemTokenFile(path string) Option {
+	return func(e *env) { e.systemTokenFile = path }
 }
 
 // baseURL resolves --url, then RACKD_URL, then DefaultURL. A bare host:port is
@@ -239,7 +252,7 @@ func (e *env) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	tok, err := resolveToken(e.g.token)
+	tok, err := e.resolveToken(e.g.token)
 	if err != nil {
 		return nil, err
 	}

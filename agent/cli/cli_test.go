@@ -606,14 +606,19 @@ func TestTokenFile(t *testing.T) {
 			},
 			auth: "Bearer localtok",
 		},
+		"system file missing": {
+			setup: func(t *testing.T, dir string) string {
+				t.Setenv("RACKD_STATE_DIR", "")
+				return filepath.Join(dir, "system", "admin.token")
+			},
+		},
 		"system file": {
 			setup: func(t *testing.T, dir string) string {
-				if _, err := os.Stat("/var/lib/rackd/admin.token"); err == nil {
-					t.Skip("this machine has a real /var/lib/rackd/admin.token")
-				}
+				writeFile(t, filepath.Join(dir, "system", "admin.token"), "systok\n")
 				t.Setenv("RACKD_STATE_DIR", "")
-				return "/var/lib/rackd/admin.token"
+				return ""
 			},
+			auth: "Bearer systok",
 		},
 		"empty file": {
 			setup: func(t *testing.T, dir string) string {
@@ -640,7 +645,11 @@ func TestTokenFile(t *testing.T) {
 			dir := t.TempDir()
 			t.Chdir(dir)
 			wantPath := tc.setup(t, dir)
-			code, _, stderr := run(t, "users", "list")
+			// The system file is the test's, never the host's own.
+			var out, errOut bytes.Buffer
+			code := cli.Main(context.Background(), []string{"users", "list"}, &out, &errOut, nil,
+				cli.WithSystemTokenFile(filepath.Join(dir, "system", "admin.token")))
+			stderr := errOut.String()
 			if tc.auth != "" {
 				if code != 0 {
 					t.Fatalf("exit %d: %s", code, stderr)

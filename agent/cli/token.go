@@ -9,15 +9,15 @@ import (
 	"strings"
 )
 
-// systemTokenFile is where a packaged rackd (state dir /var/lib/rackd) keeps
+// SystemTokenFile is where a packaged rackd (state dir /var/lib/rackd) keeps
 // the admin token it writes on first start.
-const systemTokenFile = "/var/lib/rackd/admin.token"
+const SystemTokenFile = "/var/lib/rackd/admin.token"
 
 // tokenFile returns the admin token file to read when no token is given:
 // $RACKD_STATE_DIR/admin.token, else ./var/admin.token if it exists (where
 // `make run` keeps its state, so that the CLI works from the checkout),
-// else the system one.
-func tokenFile() string {
+// else the system one (SystemTokenFile unless WithSystemTokenFile said).
+func (e *env) tokenFile() string {
 	if dir := os.Getenv("RACKD_STATE_DIR"); dir != "" {
 		return filepath.Join(dir, "admin.token")
 	}
@@ -25,19 +25,22 @@ func tokenFile() string {
 	if _, err := os.Stat(local); err == nil {
 		return local
 	}
-	return systemTokenFile
+	if e.systemTokenFile != "" {
+		return e.systemTokenFile
+	}
+	return SystemTokenFile
 }
 
 // resolveToken returns the API token: flagToken (--token/--api-token), else
 // RACKD_TOKEN, else the content of the admin token file.
-func resolveToken(flagToken string) (string, error) {
+func (e *env) resolveToken(flagToken string) (string, error) {
 	if flagToken != "" {
 		return flagToken, nil
 	}
 	if tok := os.Getenv("RACKD_TOKEN"); tok != "" {
 		return tok, nil
 	}
-	path := tokenFile()
+	path := e.tokenFile()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		// The path error already names the file; say what else would do.

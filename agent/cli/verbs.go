@@ -280,7 +280,7 @@ func versionVerb() *verb {
 // token it falls back to /healthz, which tells the version only. It returns a
 // line for humans and the API's JSON.
 func serverVersion(e *env, base string) (string, json.RawMessage, error) {
-	tok, tokErr := resolveToken(e.g.token)
+	tok, tokErr := e.resolveToken(e.g.token)
 	c := client.New(base, tok, client.WithUserAgent("rackd-cli/"+Version))
 	why := "no API token"
 	if tokErr == nil {
