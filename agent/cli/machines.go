@@ -52,6 +52,7 @@ func machinesGroup() *group {
 	for _, a := range client.MachineActions {
 		g.verbs = append(g.verbs, machineActionVerb(a))
 	}
+	g.verbs = append(g.verbs, machinesAbortVerb())
 	g.verbs = append(g.verbs, machinesSetIPVerb(), machinesUnsetIPVerb())
 	for _, v := range g.verbs {
 		v.group = g.name
@@ -285,6 +286,38 @@ replaces it for this commissioning.`
 		}
 	}
 	return v
+}
+
+func machinesAbortVerb() *verb {
+	return &verb{
+		name:     "abort",
+		args:     []string{"ID"},
+		synopsis: "[--reason R]",
+		summary:  "stop a machine's commissioning, deployment or release, and power it off",
+		help: `ID is the machine's id or hostname. The machine is powered off through the
+power queue and its phase's credential dies. A commissioning goes back to
+READY (NEW if the machine was never commissioned), a deployment to ALLOCATED
+(still the owner's), a release, erasing or not, to BROKEN (an admin marks
+it fixed). The owner may abort a deployment; the rest is an admin's. Any
+other state is refused, naming it. The reason is kept in the machine's
+events.`,
+		setup: func(fs *flag.FlagSet) func(*env, []string) error {
+			reason := fs.String("reason", "", "why, for the machine's events")
+			return func(e *env, args []string) error {
+				return callAndPrint(e, func(ctx context.Context, c *client.Client) (api.Machine, error) {
+					return c.Abort(ctx, args[0], *reason)
+				}, func(w io.Writer, m api.Machine) error {
+					if err := printMachines(w, []api.Machine{m}); err != nil {
+						return err
+					}
+					if m.Notice != "" {
+						fmt.Fprintf(e.stderr, "rackd: %s\n", cell(m.Notice))
+					}
+					return nil
+				})
+			}
+		},
+	}
 }
 
 func machinesSetVerb() *verb {

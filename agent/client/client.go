@@ -220,6 +220,18 @@ func (c *Client) MachineAction(ctx context.Context, idOrName, action string, req
 	return m, err
 }
 
+// Abort stops the phase a machine is in (POST .../abort): it returns the
+// machine as the abort left it. reason goes into its event.
+func (c *Client) Abort(ctx context.Context, idOrName, reason string) (api.Machine, error) {
+	var m api.Machine
+	p, err := idPath("/api/v1/machines/", idOrName, "/abort")
+	if err != nil {
+		return m, err
+	}
+	_, err = c.call(ctx, http.MethodPost, p, nil, api.AbortRequest{Reason: reason}, &m)
+	return m, err
+}
+
 // UpdateMachine changes a machine's record (admin, PATCH): only the fields
 // set in req change.
 func (c *Client) UpdateMachine(ctx context.Context, idOrName string, req api.MachinePatch) (api.Machine, error) {
