@@ -16,6 +16,7 @@ import (
 	"rackd/agent/api"
 	"rackd/enlist"
 	"rackd/internal/ipmisim"
+	"rackd/internal/netnstest"
 )
 
 // TestE2EAbort stops a commissioning (an admin) and a deployment (its
@@ -28,7 +29,7 @@ func TestE2EAbort(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for the test peers (ipmi_sim, ipmitool from scripts/test-deps.sh); run as root or via make test")
 	}
-	curl := needPeer(t, "curl")
+	curl := netnstest.Tool(t, "curl")
 	sim := ipmisim.Start(t, ipmisim.Options{})
 	dir := t.TempDir()
 	state, config := filepath.Join(dir, "state"), filepath.Join(dir, "rackd.toml")
