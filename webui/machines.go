@@ -308,6 +308,12 @@ type actionView struct {
 	// Now says whether the machine's state allows it (the others are
 	// offered under "other actions"; the API says why it refuses).
 	Now bool
+	// OnlyNow: offered only when the state allows it (abort: there is no
+	// phase to stop otherwise).
+	OnlyNow bool
+	// Confirm asks before sending, with this question (after the
+	// machine's name and state).
+	Confirm string
 }
 
 var lifecycleActions = []actionView{
@@ -317,6 +323,8 @@ var lifecycleActions = []actionView{
 	{Action: "mark-broken", Label: "Mark broken", Reason: true},
 	{Action: "mark-fixed", Label: "Mark fixed", Reason: true},
 	{Action: "retire", Label: "Retire", Reason: true},
+	{Action: "abort", Label: "Abort", Reason: true, OnlyNow: true,
+		Confirm: "Abort: stop the phase and power the machine off?"},
 }
 
 type machineData struct {
@@ -482,7 +490,7 @@ func (u *UI) machinePage(w http.ResponseWriter, r *http.Request, s *reqSession) 
 		a.Now = err == nil
 		if a.Now {
 			d.Actions = append(d.Actions, a)
-		} else {
+		} else if !a.OnlyNow {
 			d.Other = append(d.Other, a)
 		}
 	}

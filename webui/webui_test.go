@@ -1324,3 +1324,106 @@ func TestTokenPageMAASKey(t *testing.T) {
 		t.Fatalf("the page's MAAS key on MAAS's API: %d", resp.StatusCode)
 	}
 }
+
+// TestMachinePageHistoryPaged: the machine page shows the newest few of a
+// long history (events, power requests), newest first, each with a link to
+// more, which shows more of that list only.
+func TestMachinePageHistoryPaged(t *testing.T) {
+	rg := start(t)
+	m := rg.addMachine(t, api.CreateMachine{Hostname: "old-01", MACs: []string{"52:54:00:40:00:01"}, State: "READY",
+		Power: &api.PowerParams{Driver: "fake", Address: "bmc-old"}})
+	for i := range 15 {
+		for _, a := range []string{"mark-broken", "mark-fixed"} {
+			if st := rg.api(t, rg.admin, "POST", "/api/v1/machines/"+m.ID+"/"+a, api.ActionRequest{Reason: fmt.Sprintf("round %d", i)}, nil); st != http.StatusOK {
+				t.Fatalf("%s: %d", a, st)
+			}
+		}
+	}
+	// The transitions' policies queued power requests: they end first
+	// (a machine has few open at once).
+	idle := func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var mp api.MachinePower
+			rg.api(t, rg.admin, "GET", "/api/v1/machines/"+m.ID+"/power", nil, &mp)
+			if len(mp.Pending) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d power requests still open after 30 s", len(mp.Pending))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	idle()
+	var last api.PowerRequest
+	for range 8 {
+		req, _ := http.NewRequest("POST", rg.url+"/api/v1/machines/"+m.ID+"/power", strings.NewReader(`{"action":"query"}`))
+		req.Header.Set("Authorization", "Bearer "+rg.admin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted || json.Unmarshal(raw, &last) != nil {
+			t.Fatalf("power query: %d %s", resp.StatusCode, raw)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var pr api.PowerRequest
+			rg.api(t, rg.admin, "GET", "/api/v1/power/requests/"+last.ID, nil, &pr)
+			if pr.State == "done" || pr.State == "failed" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("power request %s is %s after 30 s", last.ID, pr.State)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	b := rg.browser(t)
+	b.mustLogin(rg.admin)
+	rows := func(p page, sel func(*html.Node) bool) []*html.Node { return findAll(p.doc, sel) }
+	events := func(n *html.Node) bool { return n.Data == "li" && hasAttr(n, "data-seq") }
+	power := func(n *html.Node) bool { return n.Data == "tr" && strings.HasPrefix(attrOf(n, "id"), "power-") }
+	more := func(p page, label string) string {
+		a := find(p.doc, func(n *html.Node) bool { return n.Data == "a" && text(n) == label })
+		return attrOf(a, "href")
+	}
+	p := b.get("/machines/" + m.ID)
+	ev, pw := rows(p, events), rows(p, power)
+	if len(ev) != 10 || len(pw) != 5 {
+		t.Fatalf("the page shows %d events and %d power requests, want the newest 10 and 5", len(ev), len(pw))
+	}
+	if !strings.Contains(text(ev[0]), "round 14") || !strings.Contains(text(ev[0]), "mark-fixed") {
+		t.Errorf("the first event is %q, want the newest", text(ev[0]))
+	}
+	if attrOf(pw[0], "id") != "power-"+last.ID {
+		t.Errorf("the first power request is %s, want the newest, %s", attrOf(pw[0], "id"), last.ID)
+	}
+	for _, n := range append(ev, pw...) {
+		if tm := find(n, func(c *html.Node) bool { return c.Data == "time" }); tm == nil || attrOf(tm, "datetime") == "" {
+			t.Errorf("a row's date is not a <time>: %q", text(n))
+		}
+	}
+	older := more(p, "Older events")
+	if older == "" || more(p, "Older power requests") == "" {
+		t.Fatalf("no link to older events or power requests")
+	}
+	p2 := b.get(older)
+	if ev, pw := rows(p2, events), rows(p2, power); len(ev) <= 10 || len(pw) != 5 {
+		t.Errorf("%s shows %d events and %d power requests, want more events only", older, len(ev), len(pw))
+	}
+	p3 := b.get(more(p, "Older power requests"))
+	if pw := rows(p3, power); len(pw) <= 5 || attrOf(pw[0], "id") != "power-"+last.ID {
+		t.Errorf("older power requests: %d rows, want more than 5, the newest first", len(pw))
+	}
+	all := b.get("/machines/" + m.ID + "?power=5000&events=5000")
+	if more(all, "Older power requests") != "" || more(all, "Older events") != "" {
+		t.Errorf("a page showing every event and power request links to more")
+	}
+	if n := len(rows(all, events)); n != 1+30 { // create and the transitions
+		t.Errorf("every event: %d rows, want 31", n)
+	}
+}
