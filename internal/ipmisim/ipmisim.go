@@ -26,7 +26,6 @@ package ipmisim
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -42,9 +41,11 @@ import (
 )
 
 // Options configures one simulated BMC. The zero value is a BMC with user
-// "admin", password "secret", power off, on a free 127.0.1.N:623.
+// "admin", password "secret", power off, on a free 127.0.1.N:623 (a port
+// above 1024 when not root).
 type Options struct {
-	// Addr is host:port to listen on; empty picks a free 127.0.1.N:623
+	// Addr is host:port to listen on; empty picks a free 127.0.1.N:623 (not
+	// root: 127.0.1.N:16623)
 	// (spilling over to 127.0.2-8.N), locked against other users of this
 	// package in the same network namespace (that of the calling thread)
 	// for the life of the Sim.
@@ -154,7 +155,24 @@ func New(opts Options) (*Sim, error) {
 
 // lockDir holds one flock file per claimed address, shared by every process
 // using this package (parallel test binaries, benchmarks).
-func lockDir() string { return filepath.Join(os.TempDir(), "rackd-ipmisim-locks") }
+// lockDir is per user: a directory root made is not another user's to
+// write, and the two never claim the same port (defaultPort).
+func lockDir() string {
+	if os.Geteuid() == 0 {
+		return filepath.Join(os.TempDir(), "rackd-ipmisim-locks")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("rackd-ipmisim-locks-%d", os.Geteuid()))
+}
+
+// defaultPort is the port a Sim listens on when not told: IPMI's own 623
+// as root, else one any user may bind (the driver and ipmitool take a port),
+// so that the IPMI tests run without root too.
+func defaultPort() int {
+	if os.Geteuid() == 0 {
+		return 623
+	}
+	return 16623
+}
 
 // netnsID names the network namespace of the calling thread (its inode, as
 // /proc shows it), so that an address is claimed per namespace: 127.0.0.1
@@ -190,14 +208,15 @@ func (s *Sim) claimAddr(addr string) error {
 	// binaries are settled by the flock, foreign listeners by the bind probe.
 	const third, fourth = 8, 253
 	start := rand.IntN(third * fourth)
+	port := defaultPort()
 	for i := range third * fourth {
 		n := (start + i) % (third * fourth)
 		host := fmt.Sprintf("127.0.%d.%d", 1+n/fourth, 2+n%fourth)
-		if s.tryClaim(host, 623) {
+		if s.tryClaim(host, port) {
 			return nil
 		}
 	}
-	return errors.New("no free 127.0.1-8.N:623 address for ipmi_sim")
+	return fmt.Errorf("no free 127.0.1-8.N:%d address for ipmi_sim", port)
 }
 
 func (s *Sim) tryClaim(host string, port int) bool {

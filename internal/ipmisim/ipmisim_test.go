@@ -9,18 +9,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"rackd/internal/netnstest"
 )
 
+// needSim requires the real peers: ipmi_sim (the BMC) and ipmitool (the
+// client the simulator and the driver are checked against). Root is not
+// needed: without it the simulators listen above port 1024.
 func needSim(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("ipmisim tests need root (binds port 623)")
-	}
-	for _, bin := range []string{"ipmi_sim", "ipmitool"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not installed (scripts/test-deps.sh installs openipmi and ipmitool)", bin)
-		}
-	}
+	netnstest.Tool(t, "ipmi_sim")
+	netnstest.Tool(t, "ipmitool")
 }
 
 func ctx(t *testing.T) context.Context {

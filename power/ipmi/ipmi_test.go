@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,20 +14,18 @@ import (
 	"time"
 
 	"rackd/internal/ipmisim"
+	"rackd/internal/netnstest"
 	"rackd/power"
 	"rackd/power/powertest"
 )
 
+// needSim requires the real peers: ipmi_sim (the BMC) and ipmitool (the
+// client the simulator and the driver are checked against). Root is not
+// needed: without it the simulators listen above port 1024.
 func needSim(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("IPMI driver tests need root (ipmi_sim binds port 623)")
-	}
-	for _, bin := range []string{"ipmi_sim", "ipmitool"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not installed (scripts/test-deps.sh installs openipmi and ipmitool)", bin)
-		}
-	}
+	netnstest.Tool(t, "ipmi_sim")
+	netnstest.Tool(t, "ipmitool")
 }
 
 // testTimeout is the driver's Timeout in tests that are not about timeouts.
