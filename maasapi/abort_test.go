@@ -50,6 +50,8 @@ func TestAbort(t *testing.T) {
 	if _, err := ts.st.Deploy(ctx, store.Actor{Name: "alice"}, store.DeployRequest{Machine: dep.ID, Image: "bookworm"}); err != nil {
 		t.Fatal(err)
 	}
+	bob, _ := ts.key(t, "bob", false)
+	abort(bob, dep, 404, "") // another user's held machine does not exist for bob
 	abort(alice, dep, 200, "Allocated")
 	if m, _ := ts.st.Machine(dep.ID); m.Owner != "alice" || m.Credential != nil {
 		t.Fatalf("after the abort: owner %q credential %v", m.Owner, m.Credential)
@@ -60,4 +62,19 @@ func TestAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	abort(adminKey, dep, 409, "Cannot abort in current state: machine dep is Releasing")
+
+	// A disk erasing is: the machine is Broken, not handed on unerased.
+	ers, err := ts.st.CreateMachine(ctx, store.System, store.NewMachine{Hostname: "ers", Arch: "amd64", MACs: []string{"52:54:00:00:00:03"},
+		State: store.StateReady, Power: store.PowerParams{Driver: "fake", Address: "bmc3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, body := ts.maas(t, alice, "POST", "machines/?op=allocate", url.Values{"name": {"ers"}}); st != 200 {
+		t.Fatalf("allocate: %d %s", st, body)
+	}
+	if _, err := ts.st.StartRelease(ctx, store.Actor{Name: "alice"}, ers.ID, "", true); err != nil {
+		t.Fatal(err)
+	}
+	abort(alice, ers, 403, "only an admin may abort its erase")
+	abort(adminKey, ers, 200, "Broken")
 }

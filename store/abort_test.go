@@ -198,8 +198,9 @@ func TestAbortRefused(t *testing.T) {
 	}{
 		{admin, "idle", store.CodeInvalidTransition, "machine idle: cannot abort a machine that is READY: only a phase in progress can be aborted (a machine COMMISSIONING, DEPLOYING or RELEASING)"},
 		{carol, "held", store.CodeInvalidTransition, "machine held: cannot abort a machine that is ALLOCATED"},
-		// Another user's held machine does not exist for dave.
-		{dave, "dep", store.CodeNotFound, `machine "dep" not found`},
+		// As for deploy and release: MAAS's API answers 404 instead
+		// (another user's held machine does not exist there).
+		{dave, "dep", store.CodeForbidden, "machine dep is not yours: only its owner or an admin may abort it"},
 		{carol, "com", store.CodeForbidden, "machine com is held by nobody: only an admin may abort its commissioning"},
 		{carol, "idle", store.CodeForbidden, "machine idle is held by nobody"},
 		{admin, "nosuch", store.CodeNotFound, ""},

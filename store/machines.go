@@ -470,12 +470,6 @@ func (t *Tx) transition(actor Actor, req TransitionRequest) (Machine, error) {
 	if err != nil {
 		return Machine{}, err
 	}
-	if req.Action == ActionAbort {
-		// Another user's held machine does not exist for a user.
-		if err := MayView(actor, m, req.Machine); err != nil {
-			return Machine{}, err
-		}
-	}
 	if err := MayAct(actor, m, req.Action); err != nil {
 		return Machine{}, err
 	}
