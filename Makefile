@@ -10,7 +10,8 @@ export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: all build run test bootloaders test-deps unit vet fmt-check bench-alloc bench-deps bench-dhcp clean \
 	initramfs enlist-image import-initramfs appliance e2e bench-boot bench-deploy \
-	image-debian debian-image bench-deploy-os e2e-deploy-os appliance-image appliance-image-check e2e-appliance
+	image-debian debian-image bench-deploy-os e2e-deploy-os appliance-image appliance-image-check e2e-appliance \
+	lab lab-down lab-tool
 
 all: build
 
@@ -42,6 +43,22 @@ else
 	@echo "rackd: configuration $(CONFIG); its log says where the state, the API and the admin token are"
 endif
 	./bin/rackd serve $(RUN_FLAGS)
+
+## lab: a virtual rack on this machine (root; docs/GETTING-STARTED.md): a
+##   network namespace with a bridge, rackd serving it, the enlistment image
+##   and the bootloaders imported, and LAB_MACHINES (2) QEMU machines, odd
+##   ones behind an ipmi_sim BMC, even ones behind a Redfish BMC (state in
+##   var/lab; prints the web UI's address, the token and what to run next)
+## lab-down: removes what make lab made (by name and PID), lab up or not
+LAB_MACHINES ?= 2
+lab: build lab-tool
+	@./bin/rackd-lab up --machines $(LAB_MACHINES)
+
+lab-down: lab-tool
+	@./bin/rackd-lab down
+
+lab-tool:
+	@$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/rackd-lab ./lab/cmd/rackd-lab
 
 ## test: install what the tests need (idempotent), build the enlistment
 ##   image the e2e tests boot if it is missing, then run everything

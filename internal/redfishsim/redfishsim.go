@@ -94,6 +94,9 @@ type Quirks struct {
 // Options configures one simulated BMC. The zero value is a BMC with user
 // "admin", password "secret", power off, on 127.0.0.1 and a free port.
 type Options struct {
+	// Addr is host:port to listen on (a port of 0 picks a free one); empty
+	// is 127.0.0.1 and a free port. The certificate names the host too.
+	Addr           string
 	User, Password string
 	PowerOn        bool
 	// BootMode is the system's current boot mode, "UEFI" (default) or
@@ -221,6 +224,15 @@ func New(opts Options) (*Sim, error) {
 		}
 	}
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	if opts.Addr != "" {
+		ln, err := net.Listen("tcp", opts.Addr)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("listen on %s: %w", opts.Addr, err)
+		}
+		s.srv.Listener.Close()
+		s.srv.Listener = ln
+	}
 	// Our own TLS listener, not StartTLS: that serves httptest's fixed
 	// certificate, and a test needs its BMC's certificate to be its own
 	// (and to change, RotateCertificate).
@@ -256,6 +268,11 @@ func (s *Sim) RotateCertificate() error {
 		IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNSNames: []string{"localhost"},
+	}
+	if host, _, err := net.SplitHostPort(s.opts.Addr); err == nil {
+		if ip := net.ParseIP(host); ip != nil && !ip.IsLoopback() && !ip.IsUnspecified() {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

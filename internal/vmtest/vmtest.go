@@ -1,7 +1,7 @@
 // Package vmtest holds what the real-VM test packages (e2e/, e2e/appliance/)
 // share: the repository's root, a rackd built once per test binary, bounded
 // build scripts run as a process group, and QEMU's firmware and accelerator
-// arguments. It is imported by tests only.
+// arguments (which the lab, package rackd/lab, gives its machines too).
 package vmtest
 
 import (
