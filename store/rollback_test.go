@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"rackd/store/boltfile"
 )
 
 // setSchemaN is setSchema with a number.
@@ -14,7 +16,7 @@ func setSchemaN(t *testing.T, path string, v int) { t.Helper(); setSchema(t, pat
 
 func schemaFile(t *testing.T, path string) int {
 	t.Helper()
-	v, err := fileSchema(path)
+	v, err := boltfile.Schema(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func TestRestoreForRollback(t *testing.T) {
 		t.Fatal("this build opened a newer schema")
 	}
 
-	restored, err := RestoreForRollback(dir)
+	restored, err := boltfile.RestoreForRollback(dir)
 	if err != nil || !restored {
 		t.Fatalf("RestoreForRollback: %v %v", restored, err)
 	}
@@ -133,7 +135,7 @@ func TestRestoreForRollback(t *testing.T) {
 		t.Fatal("the copy is still there after being restored")
 	}
 	// Again: nothing to do now.
-	if restored, err := RestoreForRollback(dir); err != nil || restored {
+	if restored, err := boltfile.RestoreForRollback(dir); err != nil || restored {
 		t.Fatalf("second RestoreForRollback: %v %v", restored, err)
 	}
 }
@@ -147,7 +149,7 @@ func TestRestoreForRollbackOlderCopy(t *testing.T) {
 	copyFile(path, cp)
 	setSchemaN(t, cp, SchemaVersion-1)
 	setSchemaN(t, path, SchemaVersion+2)
-	if restored, err := RestoreForRollback(dir); err != nil || !restored {
+	if restored, err := boltfile.RestoreForRollback(dir); err != nil || !restored {
 		t.Fatalf("RestoreForRollback: %v %v", restored, err)
 	}
 	if !hasMachine(t, path, "kept") || schemaFile(t, path) != SchemaVersion {
@@ -157,7 +159,7 @@ func TestRestoreForRollbackOlderCopy(t *testing.T) {
 
 func TestRestoreForRollbackRefuses(t *testing.T) {
 	t.Run("no database", func(t *testing.T) {
-		if restored, err := RestoreForRollback(t.TempDir()); err != nil || restored {
+		if restored, err := boltfile.RestoreForRollback(t.TempDir()); err != nil || restored {
 			t.Fatalf("%v %v", restored, err)
 		}
 	})
@@ -165,7 +167,7 @@ func TestRestoreForRollbackRefuses(t *testing.T) {
 		dir := t.TempDir()
 		dbWithMachine(t, filepath.Join(dir, FileName), "x")
 		copyFile(filepath.Join(dir, FileName), SchemaCopyPath(filepath.Join(dir, FileName), SchemaVersion-1))
-		if restored, err := RestoreForRollback(dir); err != nil || restored {
+		if restored, err := boltfile.RestoreForRollback(dir); err != nil || restored {
 			t.Fatalf("%v %v", restored, err)
 		}
 		if !hasMachine(t, filepath.Join(dir, FileName), "x") {
@@ -179,8 +181,8 @@ func TestRestoreForRollbackRefuses(t *testing.T) {
 		setSchemaN(t, path, SchemaVersion+1)
 		// A copy of a schema newer than ours does not help.
 		copyFile(path, SchemaCopyPath(path, SchemaVersion+1))
-		restored, err := RestoreForRollback(dir)
-		if !errors.Is(err, ErrNoRollbackCopy) || restored {
+		restored, err := boltfile.RestoreForRollback(dir)
+		if !errors.Is(err, boltfile.ErrNoRollbackCopy) || restored {
 			t.Fatalf("%v %v", restored, err)
 		}
 		t.Log(err)
@@ -195,7 +197,7 @@ func TestRestoreForRollbackRefuses(t *testing.T) {
 		copyFile(path, SchemaCopyPath(path, SchemaVersion))
 		setSchemaN(t, SchemaCopyPath(path, SchemaVersion), SchemaVersion+1)
 		setSchemaN(t, path, SchemaVersion+1)
-		if restored, err := RestoreForRollback(dir); err == nil || restored {
+		if restored, err := boltfile.RestoreForRollback(dir); err == nil || restored {
 			t.Fatalf("%v %v", restored, err)
 		}
 		if schemaFile(t, path) != SchemaVersion+1 {
@@ -210,4 +212,13 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return os.WriteFile(dst, b, 0o600)
+}
+
+// The schema this build writes, which the appliance's init reads from
+// boltfile without linking the store, is the count of the store's
+// migrations: a migration added without it would never run.
+func TestSchemaVersionCountsMigrations(t *testing.T) {
+	if len(migrations) != SchemaVersion {
+		t.Fatalf("%d migrations, SchemaVersion (boltfile.SchemaVersion) %d: make them equal", len(migrations), SchemaVersion)
+	}
 }

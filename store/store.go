@@ -24,16 +24,17 @@ import (
 
 	"rackd/internal/seal"
 	"rackd/store/kv"
+	"rackd/store/boltfile"
 	"rackd/store/kv/etcdkv"
 )
 
 // FileName is the database's name inside the state directory.
-const FileName = "rackd.db"
+const FileName = boltfile.FileName
 
 // Bucket names. Indexes (hostnames, macs, tokens) map a unique key to the
 // primary key and are kept in the same transaction as the record.
 var (
-	bucketMeta        = []byte("meta")
+	bucketMeta        = boltfile.MetaBucket
 	bucketMachines    = []byte("machines")    // id -> Machine
 	bucketHostnames   = []byte("hostnames")   // hostname -> id
 	bucketMACs        = []byte("macs")        // mac -> id
@@ -52,7 +53,7 @@ var (
 	// bindLeaseKey). Made by the first binding.
 	bucketLeaseMACs = []byte("lease_macs")
 
-	keySchema = []byte("schema_version")
+	keySchema = boltfile.SchemaKey
 	// keyScrub is set while the file may hold, on its free pages, secrets
 	// written in clear by an older schema: Open then rewrites the file.
 	keyScrub = []byte("scrub_free_pages")
@@ -234,8 +235,9 @@ var migrations = []func(env *migrateEnv, tx *bolt.Tx) error{
 	migrateSealPasswords,
 }
 
-// SchemaVersion is the schema this build of rackd writes.
-var SchemaVersion = len(migrations)
+// SchemaVersion is the schema this build of rackd writes: one more than
+// the last of migrations (TestSchemaVersionCountsMigrations).
+const SchemaVersion = boltfile.SchemaVersion
 
 // Options tune a store. The zero value is usable.
 type Options struct {
@@ -442,81 +444,20 @@ func newStore(e Engine, db *bolt.DB, path string, opts Options, queue int) *Stor
 		urgent: make(chan struct{}, 1)}
 }
 
-// errCorrupt marks a file that bbolt cannot safely read.
-var errCorrupt = errors.New("damaged file")
-
 func corrupt(path string, err error) error {
 	return fmt.Errorf("database %s is corrupt or not a rackd database (restore it from a backup or move it away): %w", path, err)
 }
 
-// guard runs fn, turning the panics and memory faults with which bbolt meets
-// a damaged file into errCorrupt. A read transaction that panics is rolled
-// back by bbolt on the way out, so the database can still be closed.
-func guard(fn func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %v", errCorrupt, r)
-		}
-	}()
-	return fn()
-}
+// guard runs fn, turning bbolt's panics and faults on a damaged file into
+// errCorrupt (boltfile.Guard).
+func guard(fn func() error) error { return boltfile.Guard(fn) }
 
-// openBolt is bolt.Open made safe against damaged files. On some of them
-// bbolt panics, or faults on a page past the end of the mapping, instead of
-// failing: a file cut short, a page overwritten (when the freelist page is
-// damaged bbolt walks every page to rebuild it). guard turns that into
-// errCorrupt and the file is closed again, but the mapping bbolt made cannot
-// be reached: it, and with it the file's lock, stays until the process exits.
-// A file shorter than its meta page says is refused as well, before anything
-// else reads it.
+// errCorrupt marks a file that bbolt cannot safely read.
+var errCorrupt = boltfile.ErrCorrupt
+
+// openBolt opens the database file safely (boltfile.Open).
 func openBolt(path string, opts Options) (*bolt.DB, error) {
-	var (
-		file *os.File
-		db   *bolt.DB
-	)
-	err := guard(func() (err error) {
-		db, err = bolt.Open(path, 0o600, &bolt.Options{
-			Timeout:      opts.LockTimeout,
-			ReadOnly:     opts.ReadOnly,
-			FreelistType: bolt.FreelistMapType,
-			// The freelist is not written on every commit (one page or more
-			// less to write and sync per commit); bbolt rebuilds it by
-			// scanning the file on open, which for a rack's database takes
-			// milliseconds. etcd runs bbolt this way.
-			NoFreelistSync: true,
-			OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
-				f, err := os.OpenFile(name, flag, perm)
-				file = f
-				return f, err
-			},
-		})
-		return err
-	})
-	if err != nil {
-		if errors.Is(err, errCorrupt) && file != nil {
-			file.Close()
-		}
-		return nil, err
-	}
-	var need, have int64
-	err = db.View(func(tx *bolt.Tx) error {
-		need = tx.Size()
-		fi, err := os.Stat(path)
-		if err != nil {
-			return err
-		}
-		have = fi.Size()
-		return nil
-	})
-	if err == nil && have < need {
-		err = fmt.Errorf("%w: the file has %d bytes but its pages need %d (truncated?)", errCorrupt, have, need)
-	}
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return db, nil
+	return boltfile.Open(path, opts.LockTimeout, opts.ReadOnly)
 }
 
 // Path is the database file's path.
