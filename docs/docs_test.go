@@ -323,3 +323,17 @@ func TestBenchmarksDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeShort keeps the README a newcomer's page: what rackd is, the
+// two commands, the tour, the map of docs/ and of the tree. Anything longer
+// belongs in a document of docs/, linked from the README's table.
+func TestReadmeShort(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const most = 16 << 10
+	if len(readme) > most {
+		t.Errorf("README.md is %d bytes; a newcomer's page stays under %d: move detail into docs/", len(readme), most)
+	}
+}
