@@ -32,9 +32,9 @@ var layers = []struct {
 	{7, []string{"agent/cmd"}},
 }
 
-// Test support, benchmarks and the virtual lab stand outside the layers:
+// Test support, benchmarks, scripts and the virtual lab stand outside the layers:
 // they may use anything, and no production package may use them.
-var outside = []string{"e2e", "bench", "lab", "docs", "internal/ipmisim", "internal/redfishsim", "internal/vmtest",
+var outside = []string{"e2e", "bench", "lab", "docs", "scripts", "internal/ipmisim", "internal/redfishsim", "internal/vmtest",
 	"internal/netnstest", "internal/etcdtest", "internal/brokenrackd", "store/storetest", "store/kv/kvtest",
 	"netboot/dhcp/dhcptest", "power/powertest"}
 
