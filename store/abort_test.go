@@ -18,6 +18,9 @@ import (
 func TestAbortEachPhase(t *testing.T) {
 	fake := store.PowerParams{Driver: "fake", Address: "bmc1"}
 	ctx := context.Background()
+	// writtenOSToken is the OS credential of the deployment whose image
+	// is written: its seed, which carries it, is not served after that.
+	var writtenOSToken string
 	tests := map[string]struct {
 		// start takes a fresh machine "m1" into its phase and returns
 		// who may abort it.
@@ -25,6 +28,10 @@ func TestAbortEachPhase(t *testing.T) {
 		want  store.State
 		// reason is how the abort's event begins.
 		reason string
+		// written: the deploy environment's report was applied (the
+		// image is written); a replay of it, answered again while the
+		// phase lasts, is refused too once it is aborted.
+		written bool
 	}{
 		"first commissioning": {
 			start: func(t *testing.T, s *store.Store) (store.Machine, store.Actor) {
@@ -57,6 +64,29 @@ func TestAbortEachPhase(t *testing.T) {
 				return deploy(t, s, owner, "m1", store.DeployRequest{UserData: []byte("#cloud-config\n")}), owner
 			},
 			want: store.StateAllocated, reason: "deployment aborted",
+		},
+		"deployment with its image written, its OS booting": {
+			start: func(t *testing.T, s *store.Store) (store.Machine, store.Actor) {
+				owner := withUser(t, s, "carol")
+				create(t, s, store.NewMachine{Hostname: "m1", State: store.StateReady, Power: fake})
+				allocate(t, s, owner, "m1", "juju")
+				m := deploy(t, s, owner, "m1", store.DeployRequest{})
+				src, err := s.Seed(ctx, s.PhaseToken(m))
+				if err != nil {
+					t.Fatal(err)
+				}
+				writtenOSToken = src.OSToken
+				res, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseDeploy, Token: s.PhaseToken(m), Bytes: 1 << 20})
+				if err != nil || !res.DiskWritten || res.Machine.DiskWritten.IsZero() {
+					t.Fatalf("image written: %+v, %v", res, err)
+				}
+				// Sent again (its answer lost): answered, nothing changes.
+				if again, err := report(s, store.PhaseReport{Machine: m.ID, Phase: store.PhaseDeploy, Token: s.PhaseToken(m), Bytes: 1 << 20}); err != nil || again.DiskWritten {
+					t.Fatalf("replay before the abort: %+v, %v", again, err)
+				}
+				return res.Machine, admin
+			},
+			want: store.StateAllocated, reason: "deployment aborted", written: true,
 		},
 		"erase": {
 			start: func(t *testing.T, s *store.Store) (store.Machine, store.Actor) {
@@ -91,7 +121,9 @@ func TestAbortEachPhase(t *testing.T) {
 			m, who := tc.start(t, s)
 			phase, tok := store.PhaseOf(m), s.PhaseToken(m)
 			var osToken string
-			if m.State == store.StateDeploying {
+			if tc.written {
+				osToken = writtenOSToken
+			} else if m.State == store.StateDeploying {
 				src, err := s.Seed(ctx, tok)
 				if err != nil {
 					t.Fatal(err)
@@ -134,7 +166,12 @@ func TestAbortEachPhase(t *testing.T) {
 
 			// Credentials: the phase's is refused, and so are a
 			// deployment's seed and OS credential.
-			if tok != "" {
+			switch {
+			case tc.written:
+				// Before the abort this was answered as a replay.
+				_, err := report(s, store.PhaseReport{Machine: m.ID, Phase: phase, Token: tok, Bytes: 1 << 20})
+				wantCode(t, err, store.CodeUnauthorized)
+			case tok != "":
 				_, err := report(s, store.PhaseReport{Machine: m.ID, Phase: phase, Token: tok})
 				wantCode(t, err, store.CodeUnauthorized)
 			}

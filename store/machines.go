@@ -528,6 +528,12 @@ func (t *Tx) transitionMachine(actor Actor, m Machine, req TransitionRequest) (M
 		m.ForceBMCSetup = false
 	}
 	t.syncCredential(&m, from)
+	if req.Action == ActionAbort {
+		// Nothing of the stopped phase is answered any more, not even a
+		// replay of a report it already made (the deploy environment's,
+		// once the image is written).
+		m.LastReport = nil
+	}
 	if req.Action == ActionCommissioningDone {
 		m.Commissioned = true
 	}
