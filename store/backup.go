@@ -11,11 +11,12 @@ import (
 // transaction. start is told the copy's exact size before the first byte (an
 // HTTP handler sets Content-Length from it) and returns where to write.
 func (s *Store) WriteBackup(start func(size int64) io.Writer) (int64, error) {
-	if s.db == nil {
-		return 0, errNoFileBackup
+	db, err := s.dbFile()
+	if err != nil {
+		return 0, err
 	}
 	var n int64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err = db.View(func(tx *bolt.Tx) error {
 		var err error
 		n, err = tx.WriteTo(start(tx.Size()))
 		return err

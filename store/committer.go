@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"rackd/store/kv"
-	"rackd/store/kv/etcdkv"
 )
 
 // op is one write waiting for the committer.
@@ -179,7 +178,7 @@ func (s *Store) nudgeFor(o *op) {
 }
 
 func (s *Store) commitLoop() {
-	if s.db == nil {
+	if s.shared != nil {
 		s.commitConcurrently()
 		return
 	}
@@ -427,7 +426,7 @@ func (s *Store) commit(batch []*op) {
 			(*fn)()
 		}
 	}()
-	if len(batch) > 1 && s.db == nil && slices.ContainsFunc(batch[1:], func(o *op) bool { return !sameFence(batch[0], o) }) {
+	if len(batch) > 1 && s.shared != nil && slices.ContainsFunc(batch[1:], func(o *op) bool { return !sameFence(batch[0], o) }) {
 		// Each fence is its own operation's condition: a shared commit
 		// carries only one.
 		for _, o := range batch {
@@ -480,7 +479,7 @@ func (s *Store) commit(batch []*op) {
 		}
 		return
 	}
-	if errors.Is(err, etcdkv.ErrTooLarge) && len(batch) > 1 {
+	if errors.Is(err, kv.ErrTooLarge) && len(batch) > 1 {
 		// Over the engine's per-transaction limit together: in halves.
 		s.commit(batch[:len(batch)/2])
 		s.commit(batch[len(batch)/2:])
@@ -582,7 +581,7 @@ func (s *Store) engineUpdate(ctx context.Context, fn func(kv.Tx, *commitInfo) er
 	f.alone.RLock()
 	rev, err := f.e.TryUpdateRev(ctx, run)
 	f.alone.RUnlock()
-	if errors.Is(err, etcdkv.ErrConflict) {
+	if errors.Is(err, kv.ErrConflict) {
 		// Run again with none of this store's transactions beside it
 		// (other agents' may still conflict: the engine reruns it then).
 		f.alone.Lock()

@@ -61,7 +61,7 @@ func OpenEngine(e Engine, name string, opts Options) (*Store, error) {
 	if err := s.openKeys(); err != nil {
 		return nil, fmt.Errorf("the BMC secrets' keyring of %s: %w", name, err)
 	}
-	if re, ok := e.(revEngine); ok {
+	if re, ok := e.(kv.Follower); ok {
 		if err := s.startFollowing(re); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -119,11 +119,12 @@ const copyChunk = 64
 // engine left half copied (a crash) reads as not initialised. The store
 // should be quiet (offline): the copy is of one read snapshot.
 func (s *Store) CopyTo(ctx context.Context, dst Engine) (int, error) {
-	if s.db == nil {
-		return 0, errors.New("store: CopyTo copies a database file")
+	db, err := s.dbFile()
+	if err != nil {
+		return 0, fmt.Errorf("copy: %w", err)
 	}
 	n := 0
-	err := s.db.View(func(src *bolt.Tx) error {
+	err = db.View(func(src *bolt.Tx) error {
 		copyBucket := func(name []byte, b *bolt.Bucket) error {
 			c := b.Cursor()
 			k, v := c.First()

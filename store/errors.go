@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"rackd/store/kv"
-	"rackd/store/kv/etcdkv"
 )
 
 // Code names a domain refusal. The strings are the API's error codes.
@@ -76,7 +75,7 @@ var ErrUnavailable = errors.New("store: the engine is unavailable")
 
 // unavailable wraps an engine's failure as ErrUnavailable when it is one.
 func (s *Store) unavailable(err error) error {
-	if s.db != nil || !etcdkv.Unavailable(err) || errors.Is(err, ErrUnavailable) {
+	if s.shared == nil || !s.shared.Unavailable(err) || errors.Is(err, ErrUnavailable) {
 		return err
 	}
 	return fmt.Errorf("%w: %s did not answer within %v (has its cluster lost its quorum?); writes resume when the cluster is back: %w",

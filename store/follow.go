@@ -11,12 +11,11 @@ import (
 	"time"
 
 	"rackd/store/kv"
-	"rackd/store/kv/etcdkv"
 )
 
 // What the store keeps in memory (the subnets cache, the MAC index of
 // addresses) must follow every writer of a shared engine, not only this
-// store's own commits. On such an engine (revEngine) the store loads that
+// store's own commits. On such an engine (kv.Follower) the store loads that
 // state at one revision R and watches the engine from R+1: each change
 // another agent commits updates it, and the store's own commits, which
 // arrive too, are applied again harmlessly (the MAC index keeps, for each
@@ -30,22 +29,9 @@ import (
 // applies it to the MAC index and the subnets cache and only then
 // advances the revision. Nothing else follows the engine on its own.
 
-// revEngine is an engine shared by several writers, whose commits have
-// revisions that a watch delivers in order (store/kv/etcdkv).
-type revEngine interface {
-	Engine
-	UpdateRev(ctx context.Context, fn func(kv.Tx) error) (int64, error)
-	TryUpdateRev(ctx context.Context, fn func(kv.Tx) error) (int64, error)
-	ViewRev(ctx context.Context, fn func(kv.Tx) error) (int64, error)
-	Watch(ctx context.Context, fromRev int64, fn func(rev int64, changes []etcdkv.Change) error) error
-	LastChange(ctx context.Context, rev int64) (int64, error)
-}
-
-var _ revEngine = (*etcdkv.DB)(nil)
-
-// follower is the state of a store that follows a revEngine.
+// follower is the state of a store that follows a kv.Follower.
 type follower struct {
-	e revEngine
+	e kv.Follower
 
 	mu sync.Mutex
 	// applied is the revision up to which every change is applied;
@@ -186,7 +172,7 @@ func (f *follower) isOwn(rev int64) bool {
 
 // startFollowing loads the in-memory state at one revision and starts
 // the watch from the next.
-func (s *Store) startFollowing(e revEngine) error {
+func (s *Store) startFollowing(e kv.Follower) error {
 	f := &follower{e: e, advanced: make(chan struct{}), own: map[int64]bool{}, inflight: map[uint64]chan struct{}{},
 		imagesChanged: make(chan struct{}), done: make(chan struct{})}
 	s.ipam.shared = true
@@ -227,7 +213,7 @@ func (s *Store) stopFollowing() {
 // loadState reads the subnets and the MAC index at one revision and
 // installs them (the engine loads its mirror at the same revision); it
 // returns the revision.
-func (s *Store) loadState(e revEngine) (int64, error) {
+func (s *Store) loadState(e kv.Follower) (int64, error) {
 	var (
 		subnets []Subnet
 		macs    map[netip.Addr]string
@@ -262,7 +248,7 @@ func (s *Store) watchLoop(ctx context.Context, rev int64) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, etcdkv.ErrCompacted) {
+		if errors.Is(err, kv.ErrCompacted) {
 			slog.Warn("store: the engine compacted changes this agent had not seen; loading its state again", "engine", s.path, "err", err)
 		} else {
 			slog.Error("store: following the engine failed; loading its state again", "engine", s.path, "err", err)
@@ -294,7 +280,7 @@ func (s *Store) watchLoop(ctx context.Context, rev int64) {
 // applyChanges applies one revision's changes to the in-memory state
 // (the engine has applied them to its mirror already), and only then
 // records the revision as applied.
-func (s *Store) applyChanges(rev int64, changes []etcdkv.Change) error {
+func (s *Store) applyChanges(rev int64, changes []kv.Change) error {
 	f := s.follow
 	var (
 		subnets bool

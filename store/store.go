@@ -16,6 +16,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"rackd/store/boltfile"
+	"rackd/store/kv"
 )
 
 // FileName is the database's name inside the state directory.
@@ -94,12 +95,15 @@ type Options struct {
 
 // Store is the rack's database. Its methods are safe for concurrent use.
 type Store struct {
-	// kv is the engine every operation runs on; db is the same as a bbolt
-	// file, nil on another engine (migrations, backups and the rollback
-	// copy are bbolt's).
-	kv   Engine
-	db   *bolt.DB
-	path string
+	// kv is the engine every operation runs on. shared is the same when
+	// several writers share it (kv.Shared): the committer then commits
+	// operations concurrently, one a transaction. db is the database file
+	// when the store has one (Open): migrations, backups, copies and the
+	// rollback copy are a file's (dbFile).
+	kv     Engine
+	shared kv.Shared
+	db     *bolt.DB
+	path   string
 	opts Options
 	now  func() time.Time
 
@@ -227,7 +231,8 @@ func newStore(e Engine, db *bolt.DB, path string, opts Options, queue int) *Stor
 	if len(credKey) == 0 {
 		credKey = newCredentialKey()
 	}
-	return &Store{kv: e, db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey, tokens: newTokenState(), access: newSignal(),
+	shared, _ := e.(kv.Shared)
+	return &Store{kv: e, shared: shared, db: db, path: path, opts: opts, now: now, ipam: newIPAMState(opts.IPAM), credKey: credKey, tokens: newTokenState(), access: newSignal(),
 		ops: make(chan *op, queue), stop: make(chan struct{}), stopped: make(chan struct{}),
 		urgent: make(chan struct{}, 1)}
 }
@@ -256,37 +261,37 @@ func (s *Store) Close() error {
 	s.closeMu.Do(func() { close(s.stop) })
 	<-s.stopped
 	s.stopFollowing()
-	if s.db == nil {
-		return nil // the engine's connection is its owner's to close
+	db, err := s.dbFile()
+	if err != nil {
+		return nil // a shared engine's connection is its owner's to close
 	}
-	return s.db.Close()
+	return db.Close()
+}
+
+// dbFile is the store's database file, for what only a file can do
+// (backups, copies, migrations); a store on a shared engine has none, and
+// the error says to use that engine's own tools.
+func (s *Store) dbFile() (*bolt.DB, error) {
+	if s.db == nil {
+		return nil, errNoFileBackup
+	}
+	return s.db, nil
 }
 
 // Backup writes a consistent copy of the whole database to w while the store
 // keeps serving (one read transaction; writers are not blocked).
 func (s *Store) Backup(w io.Writer) (int64, error) {
-	if s.db == nil {
-		return 0, errNoFileBackup
-	}
-	var n int64
-	err := s.db.View(func(tx *bolt.Tx) error {
-		var err error
-		n, err = tx.WriteTo(w)
-		return err
-	})
-	if err != nil {
-		return n, fmt.Errorf("backup: %w", err)
-	}
-	return n, nil
+	return s.WriteBackup(func(int64) io.Writer { return w })
 }
 
 // BackupSize is the size in bytes a backup will have.
 func (s *Store) BackupSize() (int64, error) {
-	if s.db == nil {
-		return 0, errNoFileBackup
+	db, err := s.dbFile()
+	if err != nil {
+		return 0, err
 	}
 	var n int64
-	err := s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
+	err = db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
 	return n, err
 }
 

@@ -81,14 +81,10 @@ func (s *Store) readTx(tx kv.Tx) *Tx {
 }
 
 // Engine is a kv engine the store runs on: its bbolt file (Open), or
-// another (OpenEngine). See package kv for what an engine guarantees.
-type Engine interface {
-	// Update runs fn in a read-write transaction, committed durably when
-	// fn returns nil; fn may run more than once.
-	Update(ctx context.Context, fn func(kv.Tx) error) error
-	// View runs fn in a read-only transaction on one snapshot.
-	View(ctx context.Context, fn func(kv.Tx) error) error
-}
+// another (OpenEngine). See package kv for what an engine guarantees, and
+// for the capabilities beyond it (kv.Shared, kv.Follower) the store asks
+// an engine for.
+type Engine = kv.Engine
 
 // boltEngine is the store's bbolt file as an Engine. bbolt has no
 // context: its transactions are local and bounded by the disk.

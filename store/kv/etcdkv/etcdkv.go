@@ -55,13 +55,20 @@ const pageSize = 500
 var (
 	// ErrConflict is returned when a transaction conflicted MaxAttempts
 	// times in a row.
-	ErrConflict = errors.New("etcdkv: transaction kept conflicting with others")
+	ErrConflict = kv.ErrConflict
 	// ErrTooLarge is returned for a transaction over the cluster's
 	// per-transaction limit.
-	ErrTooLarge = errors.New("etcdkv: transaction over etcd's per-transaction limit")
+	ErrTooLarge = kv.ErrTooLarge
 	// ErrReadOnly is returned by writes in a read-only transaction.
 	ErrReadOnly = errors.New("etcdkv: write in a read-only transaction")
 )
+
+// A DB is a shared engine that can be followed.
+var _ kv.Follower = (*DB)(nil)
+
+// Unavailable is the package's Unavailable, as kv.Shared asks it of an
+// engine.
+func (d *DB) Unavailable(err error) bool { return Unavailable(err) }
 
 // DB is a kv engine on an etcd cluster.
 type DB struct {

@@ -2,30 +2,23 @@ package etcdkv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"rackd/store/kv"
 )
 
 // ErrCompacted is returned by Watch when the revision it was to resume
 // from has been compacted away: changes were lost, and whoever keeps state
 // from the watch must load it again (ViewRev) and watch from there.
-var ErrCompacted = errors.New("etcdkv: the watch's revision was compacted")
+var ErrCompacted = kv.ErrCompacted
 
 // Change is one record written or deleted by a commit.
-type Change struct {
-	Bucket string
-	Key    []byte
-	// Value is the record as written; nil when it was deleted.
-	Value []byte
-	// Created is set when the commit made the key (it did not exist
-	// before).
-	Created bool
-}
+type Change = kv.Change
 
 // watchRetry bounds the pause before a broken watch starts again.
 const watchRetry = time.Second
