@@ -104,8 +104,8 @@ type Store struct {
 	shared kv.Shared
 	db     *bolt.DB
 	path   string
-	opts Options
-	now  func() time.Time
+	opts   Options
+	now    func() time.Time
 
 	ipam *ipamState
 
