@@ -408,12 +408,15 @@ func holds(s State) bool {
 	return false
 }
 
-// CurrentImage is the image the machine deploys or runs while an
-// allocation holds it (or it broke while held); "" once it is released. The
-// record keeps DeployImage after that, for a later deploy that names no
-// image.
+// CurrentImage is the image the machine deploys or runs: while a deploy
+// of the allocation holding it is under way, done or failed (or it broke
+// while held); "" before its holder deploys (an allocated machine, one
+// whose deploy was aborted) and once it is released. The record keeps
+// DeployImage after that, for a later deploy that names no image.
 func (m Machine) CurrentImage() string {
-	if holds(m.State) || m.State == StateBroken && m.Owner != "" {
+	switch {
+	case m.State == StateDeploying, m.State == StateDeployed, m.State == StateFailedDeployment,
+		m.State == StateBroken && m.Owner != "":
 		return m.DeployImage
 	}
 	return ""

@@ -744,3 +744,29 @@ func TestListMachines(t *testing.T) {
 		t.Errorf("CountByState = %v, want %v", counts, want)
 	}
 }
+
+// TestCurrentImage: a machine shows the image it deploys or runs only
+// while a deploy of the allocation holding it is under way, done or
+// failed; not before its holder deploys (the image of a deploy aborted, or
+// of the last user's, is no image it runs) and not once released.
+func TestCurrentImage(t *testing.T) {
+	for _, c := range []struct {
+		state store.State
+		owner string
+		want  string
+	}{
+		{store.StateReady, "", ""},
+		{store.StateAllocated, "alice", ""},
+		{store.StateDeploying, "alice", "bookworm"},
+		{store.StateDeployed, "alice", "bookworm"},
+		{store.StateFailedDeployment, "alice", "bookworm"},
+		{store.StateBroken, "alice", "bookworm"},
+		{store.StateBroken, "", ""},
+		{store.StateReleasing, "", ""},
+	} {
+		m := store.Machine{State: c.state, Owner: c.owner, DeployImage: "bookworm"}
+		if got := m.CurrentImage(); got != c.want {
+			t.Errorf("%s owned by %q: CurrentImage %q, want %q", c.state, c.owner, got, c.want)
+		}
+	}
+}
