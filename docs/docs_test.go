@@ -337,3 +337,48 @@ func TestReadmeShort(t *testing.T) {
 		t.Errorf("README.md is %d bytes; a newcomer's page stays under %d: move detail into docs/", len(readme), most)
 	}
 }
+
+// TestGettingStartedConfiguration holds docs/GETTING-STARTED.md's TOML
+// (the real rack's configuration) and the keys its text names to
+// agent/default.toml: each block decodes, and each key in it or named in
+// backquotes as section.key is one rackd has. Its sh blocks are run by the
+// e2e test TestE2EGettingStarted.
+func TestGettingStartedConfiguration(t *testing.T) {
+	var defaults map[string]any
+	if _, err := toml.DecodeFile(filepath.Join(root, "agent", "default.toml"), &defaults); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	flattenTOML("", defaults, want)
+	doc, err := os.ReadFile("GETTING-STARTED.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?ms)^```toml\n(.*?)^```\n").FindAllSubmatch(doc, -1)
+	if len(blocks) == 0 {
+		t.Fatal("docs/GETTING-STARTED.md has no toml block: the real rack's configuration went")
+	}
+	for _, b := range blocks {
+		var cfg map[string]any
+		if _, err := toml.Decode(string(b[1]), &cfg); err != nil {
+			t.Errorf("docs/GETTING-STARTED.md's configuration does not decode: %v\n%s", err, b[1])
+			continue
+		}
+		got := map[string]string{}
+		flattenTOML("", cfg, got)
+		for k := range got {
+			if _, ok := want[k]; !ok {
+				t.Errorf("docs/GETTING-STARTED.md's configuration sets %s, which agent/default.toml does not have", k)
+			}
+		}
+	}
+	named := regexp.MustCompile("`((?:api|lifecycle|console|store|ipam|dhcp|tftp|dns|boot|enlist|metadata|power|cluster|appliance)\\.[a-z_]+)`").FindAllSubmatch(doc, -1)
+	if len(named) < 3 {
+		t.Fatalf("docs/GETTING-STARTED.md names %d configuration keys; the pattern no longer matches how it names them", len(named))
+	}
+	for _, m := range named {
+		if _, ok := want[string(m[1])]; !ok {
+			t.Errorf("docs/GETTING-STARTED.md names the key %s, which agent/default.toml does not have", m[1])
+		}
+	}
+}

@@ -27,7 +27,11 @@
 #        TCG).
 #      The Debian images': the Debian deploy tests of package e2e
 #      (TestE2EDebianLocalBoot/uefi and TestE2EDeployOS,
-#      RACKD_E2E_DEPLOY_OS=1). The BIOS half of TestE2EDebianLocalBoot is
+#      RACKD_E2E_DEPLOY_OS=1), and beside them docs/GETTING-STARTED.md's
+#      commands run in order (TestE2EGettingStarted: make lab, two machines
+#      commissioned through IPMI and Redfish, one deployed, an SSH login,
+#      make lab-down; it waits on the enlistment image's lock if that is
+#      still being built). The BIOS half of TestE2EDebianLocalBoot is
 #      left to make e2e-deploy-os: TestE2EDeployOS boots the same image from
 #      its disk under SeaBIOS.
 # The real-VM tests spend most of their time in QEMU under TCG: run after
@@ -120,6 +124,8 @@ with_image() {
 		if [ -z "${RACKD_E2E_SKIP_DEPLOY_OS:-}" ]; then
 			beside "the Debian deploy tests" RACKD_E2E_DEPLOY_OS=1 -- \
 				-timeout 45m -run 'TestE2EDebianLocalBoot/uefi|TestE2EDeployOS$' ./e2e/
+			beside "the getting-started guide on make lab" RACKD_E2E_DEPLOY_OS=1 -- \
+				-timeout 45m -run 'TestE2EGettingStarted$' ./e2e/
 		fi
 		;;
 	esac
