@@ -302,13 +302,19 @@ func (tb *tab) sessionCookie(t *testing.T) string {
 	return ""
 }
 
-// screenshot saves the viewport as NAME.png in build/screenshots and, when
-// RACKD_UI_SCREENSHOTS names a folder, there too.
-func (tb *tab) screenshot(t *testing.T, name string) {
+// screenshot saves the whole page (1280 pixels wide, as long as it is) as
+// NAME.png in build/screenshots and, for the documentation's set (docs)
+// when RACKD_UI_SCREENSHOTS names a folder, there too.
+func (tb *tab) screenshot(t *testing.T, name string, docs bool) {
 	t.Helper()
+	// The viewport is made as tall as the page, so that what is fixed to
+	// its bottom (the live indicator) is at the page's bottom.
+	h := eval[int](t, tb, `document.documentElement.scrollHeight`)
+	tb.do(t, "a viewport as tall as the page", chromedp.EmulateViewport(1280, int64(max(h, 800))))
 	png := value(t, tb, "screenshot "+name, chromedp.CaptureScreenshot())
+	tb.do(t, "the laptop's viewport again", chromedp.EmulateViewport(1280, 800))
 	dirs := []string{filepath.Join("..", "build", "screenshots")}
-	if d := os.Getenv(screenshotsEnv); d != "" {
+	if d := os.Getenv(screenshotsEnv); d != "" && docs {
 		if !filepath.IsAbs(d) {
 			d = filepath.Join("..", d)
 		}
@@ -699,7 +705,7 @@ func TestBrowser(t *testing.T) {
 			{"subnets", "/subnets"}, {"images", "/images"}, {"users", "/users"},
 		} {
 			admin.openLive(t, p.path)
-			admin.screenshot(t, p.name)
+			admin.screenshot(t, "test-"+p.name, false)
 			admin.clean(t, p.path)
 		}
 	})

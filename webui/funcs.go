@@ -40,6 +40,7 @@ var funcs = template.FuncMap{
 	},
 	"stateClass": func(s string) string { return "st-" + strings.ToLower(strings.ReplaceAll(s, "_", "-")) },
 	"add":        func(a, b int) int { return a + b },
+	"uint64":     func(n int64) uint64 { return uint64(max(n, 0)) },
 	"strs":       func(s ...string) []string { return s },
 	// anchor makes an element id of a subnet's CIDR.
 	"anchor": func(s string) string { return strings.NewReplacer("/", "-", ".", "-", ":", "-").Replace(s) },
@@ -133,5 +134,7 @@ func humanBytes(n int64) string {
 		div *= unit
 		exp++
 	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+	// 64 GiB, not 64.0 GiB.
+	v := strings.TrimSuffix(fmt.Sprintf("%.1f", float64(n)/float64(div)), ".0")
+	return fmt.Sprintf("%s %ciB", v, "KMGTPE"[exp])
 }

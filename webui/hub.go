@@ -42,6 +42,9 @@ type Hub struct {
 type sent struct {
 	id  uint64
 	msg []byte
+	// machine is the machine the message is about ("" for none): a
+	// stream sends it only to those who may see that machine.
+	machine string
 }
 
 // backlogSize is how many messages a stream can catch up on.
@@ -52,7 +55,7 @@ const backlogSize = 256
 const markFor = time.Minute
 
 type client struct {
-	ch   chan []byte
+	ch   chan sent
 	gone chan struct{} // closed when the hub drops the client
 }
 
@@ -83,13 +86,13 @@ func (h *Hub) subscribe(after uint64, resume bool) (c *client, stale bool) {
 		missed = h.backlog[i:]
 		stale = len(h.backlog) == 0 || h.backlog[0].id > after+1
 	}
-	c = &client{ch: make(chan []byte, h.buf+len(missed)), gone: make(chan struct{})}
+	c = &client{ch: make(chan sent, h.buf+len(missed)), gone: make(chan struct{})}
 	if h.closed {
 		close(c.gone)
 		return c, false
 	}
 	for _, m := range missed {
-		c.ch <- m.msg
+		c.ch <- m
 	}
 	h.clients[c] = struct{}{}
 	return c, stale
@@ -145,8 +148,9 @@ func (h *Hub) watchedNow() bool {
 	return false
 }
 
-// publish sends one Server-Sent Event (kind, JSON data) to every client.
-func (h *Hub) publish(kind string, v any) {
+// publish sends one Server-Sent Event (kind, JSON data) about a machine
+// to every client.
+func (h *Hub) publish(kind, machine string, v any) {
 	if !h.watchedNow() {
 		return // nobody watches: not even the encoding
 	}
@@ -157,12 +161,12 @@ func (h *Hub) publish(kind string, v any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.id++
-	msg := fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", h.id, kind, data)
+	msg := sent{h.id, fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", h.id, kind, data), machine}
 	if len(h.backlog) == backlogSize {
 		copy(h.backlog, h.backlog[1:])
 		h.backlog = h.backlog[:backlogSize-1]
 	}
-	h.backlog = append(h.backlog, sent{h.id, msg})
+	h.backlog = append(h.backlog, msg)
 	for c := range h.clients {
 		select {
 		case c.ch <- msg:
@@ -190,7 +194,7 @@ type LiveEvent struct {
 // Event publishes a committed machine event. It is the store's OnEvent
 // hook: it returns at once.
 func (h *Hub) Event(e store.Event) {
-	h.publish("machine", LiveEvent{Seq: e.Seq, Time: e.Time, Machine: e.Machine, Actor: e.Actor, Action: e.Action,
+	h.publish("machine", e.Machine, LiveEvent{Seq: e.Seq, Time: e.Time, Machine: e.Machine, Actor: e.Actor, Action: e.Action,
 		From: string(e.From), To: string(e.To), Reason: e.Reason})
 }
 
@@ -205,7 +209,7 @@ type LivePower struct {
 
 // Power publishes a power request's end (the power queue's OnFinish).
 func (h *Hub) Power(r store.PowerRequest) {
-	h.publish("power", LivePower{ID: r.ID, Machine: r.Machine, Action: string(r.Action), State: string(r.State), Error: r.Error})
+	h.publish("power", r.Machine, LivePower{ID: r.ID, Machine: r.Machine, Action: string(r.Action), State: string(r.State), Error: r.Error})
 }
 
 // ssePing is how often a quiet stream sends a comment, so that proxies and
@@ -259,6 +263,26 @@ func (u *UI) serveEvents(w http.ResponseWriter, r *http.Request, s *reqSession) 
 		flush()
 		u.log.Info("webui: live updates ended", "user", s.actor.Name, "why", why)
 	}
+	// send writes a message the session's user may see: what another
+	// user's held machine does is not shown (store.MayView, as the API's
+	// reads), checked when it is sent.
+	send := func(m sent) error {
+		if m.machine != "" && !s.actor.Admin {
+			sm, err := u.opts.Data.Machine(m.machine)
+			switch {
+			case err == nil:
+				if store.MayView(s.actor, sm, m.machine) != nil {
+					return nil
+				}
+			case store.CodeOf(err) != store.CodeNotFound:
+				return nil // unknown: not shown
+			}
+			// A deleted machine's events stay visible, as through
+			// the API.
+		}
+		_, err := w.Write(m.msg)
+		return err
+	}
 	expiry := time.NewTimer(s.expires.Sub(u.now()))
 	defer expiry.Stop()
 	tick := time.NewTicker(ssePing)
@@ -285,12 +309,12 @@ func (u *UI) serveEvents(w http.ResponseWriter, r *http.Request, s *reqSession) 
 			// shutting down.
 			return
 		case msg := <-c.ch:
-			if _, err := w.Write(msg); err != nil {
+			if err := send(msg); err != nil {
 				return
 			}
 			// Send what else is queued in the same flush.
 			for n := len(c.ch); n > 0; n-- {
-				if _, err := w.Write(<-c.ch); err != nil {
+				if err := send(<-c.ch); err != nil {
 					return
 				}
 			}

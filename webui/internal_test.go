@@ -332,8 +332,8 @@ func TestHubResume(t *testing.T) {
 	for _, want := range []string{`"seq":2`, `"seq":3`} {
 		select {
 		case msg := <-c.ch:
-			if !strings.Contains(string(msg), want) || !strings.HasPrefix(string(msg), "id: ") {
-				t.Errorf("got %q, want the event %s with its id", msg, want)
+			if !strings.Contains(string(msg.msg), want) || !strings.HasPrefix(string(msg.msg), "id: ") || msg.machine != "m-1" {
+				t.Errorf("got %q about %q, want the event %s with its id, about m-1", msg.msg, msg.machine, want)
 			}
 		default:
 			t.Fatalf("the stream lacks the event %s", want)

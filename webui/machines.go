@@ -197,10 +197,12 @@ func (u *UI) machinesPage(w http.ResponseWriter, r *http.Request, s *reqSession)
 		return
 	}
 	ms := all
-	if q.Tag != "" || q.Q != "" {
+	if q.Tag != "" || q.Q != "" || !s.actor.Admin {
+		// Another user's held machine is not listed (store.MayView, as
+		// GET /api/v1/machines).
 		ms = make([]store.Machine, 0, len(all))
 		for i := range all {
-			if q.match(&all[i]) {
+			if q.match(&all[i]) && store.MayView(s.actor, all[i], all[i].ID) == nil {
 				ms = append(ms, all[i])
 			}
 		}

@@ -31,6 +31,9 @@ type dashboardData struct {
 	Attention []api.Machine
 }
 
+// shownRecent is how many recent events the dashboard shows.
+const shownRecent = 20
+
 // attentionStates are the states a human has to look at.
 var attentionStates = map[store.State]bool{store.StateFailedCommissioning: true, store.StateFailedDeployment: true, store.StateBroken: true}
 
@@ -51,7 +54,9 @@ func (u *UI) dashboard(w http.ResponseWriter, r *http.Request, s *reqSession) {
 	if err := u.get(r, s, "/api/v1/subnets", &d.Subnets); err != nil {
 		u.sessions.addFlash(s.session, flash{Error: true, Text: "subnets: " + err.Error()})
 	}
-	evs, err := u.opts.Data.RecentEvents(20)
+	// The newest events of the machines who may see (another user's held
+	// machine's are not shown, as through the API), at most shownRecent.
+	evs, err := u.opts.Data.RecentEvents(shownRecent * 5)
 	if err != nil {
 		u.log.Warn("webui: recent events", "err", err)
 	}
@@ -65,20 +70,30 @@ func (u *UI) dashboard(w http.ResponseWriter, r *http.Request, s *reqSession) {
 			return
 		}
 		for i := range all {
-			if attentionStates[all[i].State] && len(bad) < 50 {
+			if attentionStates[all[i].State] && len(bad) < 50 && store.MayView(s.actor, all[i], all[i].ID) == nil {
 				bad = append(bad, all[i])
 			}
 		}
 	}
-	names := map[string]string{}
+	type seen struct {
+		name    string
+		visible bool
+	}
+	names := map[string]seen{}
 	for _, e := range evs {
-		if _, ok := names[e.Machine]; !ok {
-			names[e.Machine] = ""
+		n, ok := names[e.Machine]
+		if !ok {
+			// A deleted machine's events stay visible, as through the
+			// API.
+			n.visible = true
 			if m, err := u.opts.Data.Machine(e.Machine); err == nil {
-				names[e.Machine] = m.Hostname
+				n = seen{m.Hostname, store.MayView(s.actor, m, m.ID) == nil}
 			}
+			names[e.Machine] = n
 		}
-		d.Events = append(d.Events, dashEvent{Event: eventView(e), Hostname: names[e.Machine]})
+		if n.visible && len(d.Events) < shownRecent {
+			d.Events = append(d.Events, dashEvent{Event: eventView(e), Hostname: n.name})
+		}
 	}
 	d.Attention = u.opts.Data.MachineViews(bad, s.actor)
 	u.render(w, r, s, http.StatusOK, "dashboard", "Dashboard", "dashboard", d)
@@ -108,6 +123,23 @@ func (u *UI) subnetsPage(w http.ResponseWriter, r *http.Request, s *reqSession) 
 	}
 	// Leases are listed on their own.
 	d.Addresses = slices.DeleteFunc(d.Addresses, func(a api.Address) bool { return a.Kind == "dynamic" })
+	// A machine's own addresses name it by its hostname (one read of the
+	// machines, only when some are listed).
+	if slices.ContainsFunc(d.Addresses, func(a api.Address) bool { return a.Machine != "" && a.Hostname == "" }) {
+		if ms, err := u.opts.Data.Machines(store.Filter{}); err == nil {
+			names := make(map[string]string, len(ms))
+			for _, m := range ms {
+				if store.MayView(s.actor, m, m.ID) == nil {
+					names[m.ID] = m.Hostname
+				}
+			}
+			for i, a := range d.Addresses {
+				if a.Machine != "" && a.Hostname == "" {
+					d.Addresses[i].Hostname = names[a.Machine]
+				}
+			}
+		}
+	}
 	d.CanCreate = u.opts.Allowed(s.actor, http.MethodPost, "/api/v1/subnets")
 	u.render(w, r, s, http.StatusOK, "subnets", "Subnets and IPs", "subnets", d)
 }

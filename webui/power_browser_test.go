@@ -10,14 +10,15 @@ import (
 
 	"rackd/agent/api"
 	"rackd/internal/ipmisim"
+	"rackd/internal/redfishsim"
 )
 
 // TestBrowserPowerSettings drives the machine page's power settings in
 // chromium against a real BMC (ipmi_sim): a machine without power points
 // its Commission at the form; a wrong password is saved, tried, and its
 // failure shown on the page without a reload; the right one clears it; the
-// password is never shown back; a Redfish certificate's fingerprint is
-// shown; a payload in the power address stays text.
+// password is never shown back; a Redfish BMC's (redfishsim) certificate
+// is pinned on the first query and its fingerprint shown; a payload in the power address stays text.
 func TestBrowserPowerSettings(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for the test peers (ipmi_sim from scripts/test-deps.sh); run as root or via make test")
@@ -153,21 +154,32 @@ func TestBrowserPowerSettings(t *testing.T) {
 		admin.clean(t, page)
 	})
 
-	t.Run("a Redfish BMC's certificate fingerprint is shown", func(t *testing.T) {
-		const fp = "5e:88:48:98:da:28:04:71:51:d0:e5:6f:8d:c6:29:27:73:60:3d:0d:6a:ab:bd:d6:2a:11:ef:72:1d:15:42:d8"
+	t.Run("a Redfish BMC's certificate is pinned on first use and shown", func(t *testing.T) {
+		bmc := redfishsim.Start(t, redfishsim.Options{})
 		admin.openLive(t, page)
 		admin.do(t, "unfold", chromedp.Click(chromedp.CSS(`#power-settings summary`)))
-		fill(t, map[string]string{"ps-driver": "redfish", "ps-address": "https://127.0.0.1:8443", "ps-fp": fp, "ps-query": "off", "ps-clear": "on"})
+		fill(t, map[string]string{"ps-driver": "redfish", "ps-address": bmc.URL, "ps-user": bmc.User, "ps-password": bmc.Password, "ps-query": "on"})
 		if hidden := eval[bool](t, admin, `document.querySelector('fieldset[data-driver="redfish"]').hidden`); hidden {
 			t.Error("the Redfish fields are hidden for redfish")
 		}
+		if hidden := eval[bool](t, admin, `document.querySelector('fieldset[data-driver="ipmi"]').hidden`); !hidden {
+			t.Error("the IPMI fields show for redfish")
+		}
 		save(t)
-		if got := admin.text(t, "#power-certificate"); !strings.Contains(got, strings.ToUpper(fp)) {
-			t.Errorf("the certificate shows as %q, want %s", got, strings.ToUpper(fp))
+		admin.do(t, "the query ends", chromedp.WaitReady(chromedp.CSS(`#power-requests tbody tr[data-state="done"]`)))
+		var colons []string
+		for i := 0; i+1 < len(bmc.Fingerprint()); i += 2 {
+			colons = append(colons, strings.ToUpper(bmc.Fingerprint()[i:i+2]))
 		}
-		if got := machine(t); got.Power.Driver != "redfish" || got.Power.TLSFingerprint != strings.ReplaceAll(fp, ":", "") {
-			t.Errorf("power %+v", got.Power)
+		want := strings.Join(colons, ":")
+		admin.openLive(t, page)
+		if got := admin.text(t, "#power-certificate"); !strings.Contains(got, want) {
+			t.Errorf("the certificate reads %q, want the BMC's %s", got, want)
 		}
+		if got := machine(t); got.Power.Driver != "redfish" || got.Power.TLSFingerprint != bmc.Fingerprint() {
+			t.Errorf("power %+v, want the BMC's fingerprint %s", got.Power, bmc.Fingerprint())
+		}
+		noPassword(t, bmc.Password)
 		admin.clean(t, page)
 	})
 

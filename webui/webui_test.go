@@ -1427,3 +1427,91 @@ func TestMachinePageHistoryPaged(t *testing.T) {
 		t.Errorf("every event: %d rows, want 31", n)
 	}
 }
+
+// TestOtherUsersHeldMachineHidden: a machine another user holds is not in a
+// user's machine list, dashboard or live updates (as through the API, where
+// it is a 404); a machine nobody holds is in all three.
+func TestOtherUsersHeldMachineHidden(t *testing.T) {
+	rg := start(t)
+	alice := rg.addUser(t, "alice", false)
+	bob := rg.addUser(t, "bob", false)
+	held := rg.addMachine(t, api.CreateMachine{Hostname: "alices-box", MACs: []string{"52:54:00:50:00:01"}, State: "READY",
+		Power: &api.PowerParams{Driver: "fake", Address: "bmc-a"}})
+	free := rg.addMachine(t, api.CreateMachine{Hostname: "free-box", MACs: []string{"52:54:00:50:00:02"}, State: "READY",
+		Power: &api.PowerParams{Driver: "fake", Address: "bmc-f"}})
+	if st := rg.api(t, alice, "POST", "/api/v1/allocations", api.AllocateRequest{Name: "alices-box", AgentName: "secret-project"}, nil); st != http.StatusCreated {
+		t.Fatalf("allocate: %d", st)
+	}
+	b := rg.browser(t)
+	b.mustLogin(bob)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", rg.url+"/events", nil)
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	evs := make(chan sseEvent, 64)
+	go readSSE(t, resp.Body, evs)
+	deadline := time.Now().Add(10 * time.Second)
+	for rg.UI().Hub().Clients() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Alice's machine changes (a power request, then a transition that
+	// leaves it hers), then the free one: once bob's stream has the free
+	// one's event, it would have had alice's before it.
+	var pr api.PowerRequest
+	if st := rg.api(t, alice, "POST", "/api/v1/machines/"+held.ID+"/power", api.PowerAction{Action: "query"}, &pr); st != http.StatusAccepted {
+		t.Fatalf("power query: %d", st)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var got api.PowerRequest
+		rg.api(t, alice, "GET", "/api/v1/power/requests/"+pr.ID, nil, &got)
+		if got.State == "done" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("power request %s: %s", pr.ID, got.State)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := rg.api(t, rg.admin, "POST", "/api/v1/machines/"+held.ID+"/mark-broken", api.ActionRequest{Reason: "alice's secret"}, nil); st != http.StatusOK {
+		t.Fatalf("mark-broken: %d", st)
+	}
+	if st := rg.api(t, rg.admin, "POST", "/api/v1/machines/"+free.ID+"/mark-broken", api.ActionRequest{Reason: "public"}, nil); st != http.StatusOK {
+		t.Fatalf("mark-broken: %d", st)
+	}
+	for done := false; !done; {
+		select {
+		case ev, ok := <-evs:
+			if !ok {
+				t.Fatal("the stream ended")
+			}
+			if strings.Contains(ev.data, held.ID) {
+				t.Errorf("bob's stream has alice's machine's %s: %s", ev.kind, ev.data)
+			}
+			done = ev.kind == "machine" && strings.Contains(ev.data, free.ID) && strings.Contains(ev.data, "public")
+		case <-ctx.Done():
+			t.Fatal("no event of the free machine within 30 s")
+		}
+	}
+	for path, want := range map[string]string{"/machines": "free-box", "/": "free-box", "/subnets": ""} {
+		p := b.get(path)
+		if p.status != http.StatusOK {
+			t.Fatalf("%s: %d", path, p.status)
+		}
+		if strings.Contains(p.body, "alices-box") || strings.Contains(p.body, held.ID) || strings.Contains(p.body, "secret-project") {
+			t.Errorf("%s shows bob alice's machine", path)
+		}
+		if !strings.Contains(p.body, want) {
+			t.Errorf("%s does not show %q", path, want)
+		}
+	}
+	// The admin sees both.
+	a := rg.browser(t)
+	a.mustLogin(rg.admin)
+	if p := a.get("/machines"); !strings.Contains(p.body, "alices-box") || !strings.Contains(p.body, "free-box") {
+		t.Error("the admin's list lacks a machine")
+	}
+}

@@ -185,10 +185,11 @@
     es.addEventListener("error", function () { document.body.dataset.live = "off"; });
   }
 
+  // human is the pages' humanBytes: 1.4 MiB, 64 GiB.
   function human(n) {
-    var u = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
+    var u = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"], i = 0;
     while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
-    return (i ? n.toFixed(1) : String(n)) + " " + u[i];
+    return (i ? n.toFixed(1).replace(/\.0$/, "") : String(n)) + " " + u[i];
   }
 
   // imports follows running image imports on the images page.
@@ -207,7 +208,8 @@
             var bar = row.querySelector("progress");
             if (bar) { bar.max = j.bytes_total || 1; bar.value = j.bytes_done; }
             var b = row.querySelector(".bytes");
-            if (b) b.textContent = human(j.bytes_done) + " of " + human(j.bytes_total);
+            if (b) b.textContent = human(j.bytes_done) + " of " + human(j.bytes_total) +
+              (j.bytes_total > 0 ? " (" + Math.round(100 * j.bytes_done / j.bytes_total) + "%)" : "");
             var st = row.querySelector(".istate");
             if (st) st.textContent = j.state + (j.error ? ": " + j.error : "");
             if (j.state === "running") running = true;
