@@ -231,6 +231,8 @@ func TestBrowserScreenshots(t *testing.T) {
 			ok(rg.api(t, rg.admin, "POST", "/api/v1/machines/"+m.ID+"/ips", api.AssignIP{MAC: cm.MACs[0], Subnet: "10.20.0.0/24"}, nil), "assign")
 		}
 	}
+	// r2-n10: allocated to the admin, for the deploy form.
+	ok(rg.api(t, rg.admin, "POST", "/api/v1/allocations", api.AllocateRequest{Name: "r2-n10", AgentName: "webui"}, nil), "allocate")
 	ok(rg.api(t, rg.admin, "POST", "/api/v1/ips/reservations", api.ReserveRequest{IP: "10.20.0.5", Hostname: "pdu-a", Purpose: "rack 1 PDU A"}, nil), "reserve")
 
 	admin := rg.tab(t, chrome)
@@ -242,7 +244,7 @@ func TestBrowserScreenshots(t *testing.T) {
 	admin.login(t, rg.admin)
 	for _, p := range []struct{ name, path string }{
 		{"dashboard", "/"}, {"machines", "/machines"}, {"machine", "/machines/" + n01.ID},
-		{"machine-new", "/machines/" + n03.ID}, {"subnets", "/subnets"}, {"images", "/images"}, {"users", "/users"},
+		{"machine-new", "/machines/" + n03.ID}, {"machine-deploy", "/machines/r2-n10"}, {"subnets", "/subnets"}, {"images", "/images"}, {"users", "/users"},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			admin.openLive(t, p.path)
