@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,14 +49,25 @@ func runGuide(t *testing.T, root, home string, d time.Duration, first int, block
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "HOME="+home)
+	// A home of its own (the SSH key the guide makes), but Go's caches
+	// where they are: under the new home they would start empty, and every
+	// run would download the modules and build everything again.
+	env := os.Environ()
+	goenv, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	for i, v := range strings.Split(strings.TrimSpace(string(goenv)), "\n") {
+		env = append(env, []string{"GOCACHE=", "GOMODCACHE=", "GOPATH="}[i]+v)
+	}
+	cmd.Env = append(env, "HOME="+home)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	err := cmd.Run()
+	err = cmd.Run()
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w (killed at its %v bound)", err, d)
 	}
