@@ -382,3 +382,35 @@ func TestGettingStartedConfiguration(t *testing.T) {
 		}
 	}
 }
+
+// mdLink is a Markdown link or image to a relative path: [text](path) or
+// [text](path#anchor).
+var mdLink = regexp.MustCompile(`\]\(([^)#:\s]+)(#[^)]*)?\)`)
+
+// TestDocumentLinks fails when the README or a document in docs/ links to
+// a file that is not in the tree: a document moved must take its links
+// along.
+func TestDocumentLinks(t *testing.T) {
+	files, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, filepath.Join(root, "README.md"))
+	links := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(string(data), -1) {
+			links++
+			target := filepath.Join(filepath.Dir(f), m[1])
+			if _, err := os.Stat(target); err != nil {
+				t.Errorf("%s links to %s, which is not in the tree", f, m[1])
+			}
+		}
+	}
+	if links < 20 {
+		t.Fatalf("found %d links; the pattern no longer matches", links)
+	}
+}
