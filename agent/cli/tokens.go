@@ -79,14 +79,22 @@ key too.`,
 func tokensListVerb() *verb {
 	return &verb{
 		name:     "list",
-		synopsis: "[--user U]",
-		summary:  "list your API tokens (admin: another user's)",
+		synopsis: "[--user U | --all]",
+		summary:  "list your API tokens (admin: another user's, or every user's)",
 		help:     "The token you call with is marked with *. Secrets are never shown.",
 		setup: func(fs *flag.FlagSet) func(*env, []string) error {
 			var user string
+			var all bool
 			fs.StringVar(&user, "user", "", "list `USER`'s tokens (admin)")
+			fs.BoolVar(&all, "all", false, "list every user's tokens, by user (admin)")
 			return func(e *env, _ []string) error {
+				if all && user != "" {
+					return usagef("--all and --user exclude each other")
+				}
 				return callAndPrint(e, func(ctx context.Context, c *client.Client) ([]api.Token, error) {
+					if all {
+						return c.ListAllTokens(ctx)
+					}
 					return c.ListTokens(ctx, user)
 				}, printTokens)
 			}

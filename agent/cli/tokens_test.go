@@ -60,6 +60,16 @@ func TestTokenVerbs(t *testing.T) {
 			want:   []seen{{Method: "GET", Path: "/api/v1/tokens", Query: "user=bob"}},
 			stdout: indent(t, tokenList),
 		},
+		"tokens list --all": {
+			args:     []string{"tokens", "list", "--all"},
+			routes:   map[string]answer{"GET /api/v1/tokens": {200, tokenList}},
+			want:     []seen{{Method: "GET", Path: "/api/v1/tokens", Query: "all=true"}},
+			contains: []string{"t-ci", "t-def *"},
+		},
+		"tokens list --all --user": {
+			args: []string{"tokens", "list", "--all", "--user", "bob"}, code: 2,
+			errContains: []string{"--all and --user exclude each other"},
+		},
 		"tokens revoke": {
 			args:   []string{"tokens", "revoke", "t-ci"},
 			routes: map[string]answer{"DELETE /api/v1/tokens/t-ci": {200, tokenCI}},

@@ -28,6 +28,13 @@ func (c *Client) ListTokens(ctx context.Context, user string) ([]api.Token, erro
 	return ts, err
 }
 
+// ListAllTokens lists every user's tokens, by user then name (admin).
+func (c *Client) ListAllTokens(ctx context.Context) ([]api.Token, error) {
+	var ts []api.Token
+	_, err := c.call(ctx, http.MethodGet, "/api/v1/tokens", url.Values{"all": {"true"}}, nil, &ts)
+	return ts, err
+}
+
 // RevokeToken revokes the token with id and returns it as it was.
 func (c *Client) RevokeToken(ctx context.Context, id string) (api.Token, error) {
 	var tk api.Token
