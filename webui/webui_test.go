@@ -1515,3 +1515,42 @@ func TestOtherUsersHeldMachineHidden(t *testing.T) {
 		t.Error("the admin's list lacks a machine")
 	}
 }
+
+// TestPowerSettingsRefused: the power settings form is refused without its
+// anti-forgery value, and to a user who is not an admin (the API's 403,
+// shown); neither changes the machine's power.
+func TestPowerSettingsRefused(t *testing.T) {
+	rg := start(t)
+	bob := rg.addUser(t, "bob", false)
+	m := rg.addMachine(t, api.CreateMachine{Hostname: "p1", MACs: []string{"52:54:00:60:00:01"}, State: "READY",
+		Power: &api.PowerParams{Driver: "fake", Address: "bmc-p1"}})
+	form := url.Values{"driver": {"manual"}, "address": {"rack-9"}}
+	unchanged := func(t *testing.T) {
+		t.Helper()
+		var got api.Machine
+		rg.api(t, rg.admin, "GET", "/api/v1/machines/"+m.ID, nil, &got)
+		if got.Power.Driver != "fake" || got.Power.Address != "bmc-p1" {
+			t.Errorf("the refused form changed the power: %+v", got.Power)
+		}
+	}
+	a := rg.browser(t)
+	a.mustLogin(rg.admin)
+	bad := url.Values{"csrf": {"x"}}
+	for k, v := range form {
+		bad[k] = v
+	}
+	if p := a.post("/machines/"+m.ID+"/power-settings", bad); p.status != http.StatusForbidden {
+		t.Errorf("without the anti-forgery value: %d, want 403", p.status)
+	}
+	unchanged(t)
+	b := rg.browser(t)
+	b.mustLogin(bob)
+	if p := b.get("/machines/" + m.ID); strings.Contains(p.body, "power-settings") {
+		t.Error("bob is offered the power settings")
+	}
+	p := b.follow(b.post("/machines/"+m.ID+"/power-settings", form))
+	if a := alerts(p); len(a) == 0 || !strings.Contains(strings.Join(a, " "), "admin") {
+		t.Errorf("bob's refusal shows %q, want the API's words", a)
+	}
+	unchanged(t)
+}
