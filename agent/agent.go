@@ -74,6 +74,8 @@ type Agent struct {
 	power        *queue.Queue
 	powerDrivers map[string]power.Driver
 	fakePower    power.Driver
+	// opts are New's options.
+	opts options
 	powerClose   []func() error
 	// prober checks addresses before they are first handed out; nil when no
 	// DHCP interface is configured.
@@ -144,17 +146,45 @@ func (a *Agent) onCommit(ops int, d time.Duration) {
 	}
 }
 
+// Option changes how New builds an agent.
+type Option func(*options)
+
+type options struct {
+	fakePower FakePowerDriver
+}
+
+// FakePowerDriver builds the driver behind [power.fake] (simulated BMCs,
+// with latency per command, when log is set a log of every command that
+// took effect, and when hangAfter is above 0 no answer after that many).
+type FakePowerDriver func(latency time.Duration, log string, hangAfter int) (drv power.Driver, closeFn func() error, err error)
+
+// WithFakePowerDriver gives the agent the driver behind [power.fake]. The
+// shipped binary does not link the test driver (power/powertest) and has
+// none: the agent's tests give it, and so does the rackd built with -tags
+// rackd_fakepower for the tests that run the binary.
+func WithFakePowerDriver(fn FakePowerDriver) Option {
+	return func(o *options) { o.fakePower = fn }
+}
+
 // New opens the store under cfg.StateDir and, on a new database, creates the
 // admin user and writes its token to <state dir>/admin.token (mode 0600).
-// When a step fails, what the steps before it opened is closed again.
-func New(cfg Config, log *slog.Logger) (_ *Agent, err error) {
+// When a step fails, what the steps before it opened is closed again. A nil
+// log discards.
+func New(cfg Config, log *slog.Logger, opts ...Option) (_ *Agent, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("create state directory %s: %w", cfg.StateDir, err)
 	}
-	a := &Agent{cfg: cfg, log: log, releases: make(chan string, 1024), meta: newMetadataState(cfg)}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	a := &Agent{cfg: cfg, log: log, opts: o, releases: make(chan string, 1024), meta: newMetadataState(cfg)}
 	defer func() {
 		if err != nil {
 			if cerr := a.closeAll(); cerr != nil {

@@ -20,6 +20,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/appliance"
+	"rackd/power/powertest"
 	"rackd/store"
 )
 
@@ -325,7 +326,7 @@ func TestApplianceUpdateRebootExit(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.StateDir = t.TempDir()
 	r.config(&cfg)
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +375,7 @@ func TestHealthzNamesUnboundDHCP(t *testing.T) {
 	cfg.StateDir = t.TempDir()
 	cfg.DHCP.Interfaces = []string{"rackd-nonesuch0"}
 	cfg.DHCP.ProbeTimeout = 0
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/enlist"
+	"rackd/power/powertest"
 	"rackd/store"
 	"rackd/store/storetest"
 )
@@ -478,7 +479,7 @@ func FuzzOSEndpoints(f *testing.F) {
 	cfg := DefaultConfig()
 	cfg.StateDir = f.TempDir()
 	cfg.Enlist.RateLimit = 0
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		f.Fatal(err)
 	}

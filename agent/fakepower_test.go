@@ -5,19 +5,11 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-
-	"rackd/power/powertest"
 )
-
-// The agent's tests run [power.fake]; the shipped binary has no fake driver.
-func init() { FakePowerDriver = powertest.Driver }
 
 // Without the fake driver linked in (the shipped rackd), [power.fake]
 // enabled is refused at start with the reason, not silently ignored.
 func TestFakePowerNeedsTestBuild(t *testing.T) {
-	saved := FakePowerDriver
-	FakePowerDriver = nil
-	t.Cleanup(func() { FakePowerDriver = saved })
 	cfg := DefaultConfig()
 	cfg.StateDir = t.TempDir()
 	cfg.Power.Fake.Enabled = true

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"rackd/power/powertest"
 	"rackd/store"
 )
 
@@ -37,7 +38,7 @@ func FuzzAPIBodies(f *testing.F) {
 	}
 	cfg := DefaultConfig()
 	cfg.StateDir = f.TempDir()
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"rackd/agent/api"
+	"rackd/power/powertest"
 	"rackd/store"
 )
 
@@ -55,7 +56,7 @@ func startAgentLog(t *testing.T, logTo io.Writer, tweak ...func(*Config)) *testA
 		}
 		log = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	a, err := New(cfg, log)
+	a, err := New(cfg, log, WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatalf("agent.New: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/enlist"
+	"rackd/power/powertest"
 	"rackd/store"
 	"rackd/store/storetest"
 )
@@ -337,7 +338,7 @@ func FuzzEnlistBody(f *testing.F) {
 	cfg := DefaultConfig()
 	cfg.StateDir = f.TempDir()
 	cfg.Enlist.RateLimit = 0
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"rackd/agent/api"
 	"rackd/internal/netnstest"
+	"rackd/power/powertest"
 )
 
 func scrape(t *testing.T, ta *testAgent) string {
@@ -90,7 +91,7 @@ func TestMetrics(t *testing.T) {
 func TestWatchdogSweepsCounted(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.StateDir = t.TempDir()
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatal(err)
 	}

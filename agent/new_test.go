@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"rackd/internal/netnstest"
+	"rackd/power/powertest"
 	"rackd/store"
 )
 
@@ -138,7 +140,7 @@ func TestNewFailureReleases(t *testing.T) {
 			tc.setup(t, &cfg)
 			before := openFiles(t, cfg.StateDir)
 			newAgent := func() error {
-				a, err := New(cfg, quiet)
+				a, err := New(cfg, quiet, WithFakePowerDriver(powertest.Driver))
 				if err == nil {
 					a.Close()
 				}
@@ -193,7 +195,7 @@ func TestServePortInUse(t *testing.T) {
 	}
 
 	state := t.TempDir()
-	err = serve(context.Background(), []string{"--config", conf, "--state-dir", state, "--listen", held.Addr().String()}, io.Discard, getenv)
+	err = serve(context.Background(), []string{"--config", conf, "--state-dir", state, "--listen", held.Addr().String()}, io.Discard, io.Discard, getenv, WithFakePowerDriver(powertest.Driver))
 	if err == nil || !strings.Contains(err.Error(), "already in use") {
 		t.Fatalf("serve on a taken port: %v", err)
 	}
@@ -203,7 +205,7 @@ func TestServePortInUse(t *testing.T) {
 	}
 
 	before, beforeLogs := openFiles(t, state), openFiles(t, logs)
-	err = serve(context.Background(), []string{"--config", conf, "--state-dir", state, "--listen", "127.0.0.1:0"}, io.Discard, getenv)
+	err = serve(context.Background(), []string{"--config", conf, "--state-dir", state, "--listen", "127.0.0.1:0"}, io.Discard, io.Discard, getenv, WithFakePowerDriver(powertest.Driver))
 	if err == nil || !strings.Contains(err.Error(), "tftp") {
 		t.Fatalf("serve with the TFTP port taken: %v", err)
 	}
@@ -218,4 +220,21 @@ func TestServePortInUse(t *testing.T) {
 		}
 	}
 	empty(state)
+}
+
+// TestServeWritesWhereTold: rackd serve writes its output to the stdout it
+// is handed and reads the environment only through getenv.
+func TestServeWritesWhereTold(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	asked := map[string]bool{}
+	getenv := func(k string) string { asked[k] = true; return "" }
+	if err := serve(context.Background(), []string{"--print-default-config"}, &stdout, &stderr, getenv); err != nil {
+		t.Fatal(err)
+	}
+	if stdout.String() != DefaultConfigTOML || stderr.Len() != 0 {
+		t.Errorf("stdout %d bytes (want the %d of the default configuration), stderr %q", stdout.Len(), len(DefaultConfigTOML), stderr.String())
+	}
+	if !asked["RACKD_CONFIG"] {
+		t.Error("serve did not read RACKD_CONFIG through getenv")
+	}
 }

@@ -20,11 +20,11 @@ func (a *Agent) newPower(cfg Config) error {
 		return err
 	}
 	if f := cfg.Power.Fake; f.Enabled {
-		if FakePowerDriver == nil {
+		if a.opts.fakePower == nil {
 			return fmt.Errorf("power.fake.enabled: this rackd has no fake power driver (it is test code: " +
 				"only test binaries and a rackd built with -tags rackd_fakepower have it)")
 		}
-		fake, closeFake, err := FakePowerDriver(time.Duration(f.Latency), f.Log, f.HangAfter)
+		fake, closeFake, err := a.opts.fakePower(time.Duration(f.Latency), f.Log, f.HangAfter)
 		if err != nil {
 			return fmt.Errorf("power.fake: %w", err)
 		}
@@ -55,13 +55,6 @@ func (a *Agent) newPower(cfg Config) error {
 	})
 	return nil
 }
-
-// FakePowerDriver builds the driver behind [power.fake] (simulated BMCs,
-// with latency per command, when log is set a log of every command that took
-// effect, and when hangAfter is above 0 no answer after that many). It is nil in the shipped binary, which does not link
-// the test driver: agent's tests set it from a test file, and so does the
-// rackd binary built with -tags rackd_fakepower for the tests that run it.
-var FakePowerDriver func(latency time.Duration, log string, hangAfter int) (drv power.Driver, closeFn func() error, err error)
 
 // FakePower is the fake driver (nil unless [power.fake] enables it), for
 // tests.

@@ -16,6 +16,7 @@ import (
 	"rackd/agent/api"
 	"rackd/internal/ipmisim"
 	"rackd/internal/seal"
+	"rackd/power/powertest"
 	"rackd/store"
 )
 
@@ -107,13 +108,13 @@ func TestPowerRealBMCSealedPassword(t *testing.T) {
 	}
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	missing := filepath.Join(restore.StateDir, SecretsKeyFile)
-	if _, err := New(restore, discard); err == nil || !strings.Contains(err.Error(), missing+" is missing") ||
+	if _, err := New(restore, discard, WithFakePowerDriver(powertest.Driver)); err == nil || !strings.Contains(err.Error(), missing+" is missing") ||
 		!strings.Contains(err.Error(), "machine(s) (s)") {
 		t.Fatalf("restore without %s: %v", SecretsKeyFile, err)
 	}
 	keyring, _ := os.ReadFile(ta.SecretsKeyPath())
 	os.WriteFile(missing, keyring, 0o600)
-	b, err := New(restore, discard)
+	b, err := New(restore, discard, WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatalf("restore with %s: %v", SecretsKeyFile, err)
 	}
@@ -136,7 +137,7 @@ func TestSecretsKeyMissingAtStart(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.StateDir = t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := New(cfg, log)
+	a, err := New(cfg, log, WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestSecretsKeyMissingAtStart(t *testing.T) {
 		t.Fatalf("no %s after the first start: %v", SecretsKeyFile, err)
 	}
 	os.Remove(key)
-	_, err = New(cfg, log)
+	_, err = New(cfg, log, WithFakePowerDriver(powertest.Driver))
 	for _, want := range []string{key + " is missing", "node7", "--accept-lost-secrets"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("start without %s: %v (want %q)", SecretsKeyFile, err, want)
@@ -159,7 +160,7 @@ func TestSecretsKeyMissingAtStart(t *testing.T) {
 	}
 	// Put back, it starts and opens the password.
 	os.WriteFile(key, saved, 0o600)
-	a, err = New(cfg, log)
+	a, err = New(cfg, log, WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func TestSecretsKeyMissingAtStart(t *testing.T) {
 	a.Close()
 	os.Remove(key)
 	cfg.Store.AcceptLostSecrets = true
-	a, err = New(cfg, log)
+	a, err = New(cfg, log, WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatalf("start accepting the lost secrets: %v", err)
 	}

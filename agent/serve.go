@@ -19,15 +19,20 @@ import (
 	"rackd/store"
 )
 
-// ServeCommand is `rackd serve [--config FILE] [--state-dir DIR] [--listen
-// HOST:PORT] [--log-level L] [--log-format F]`: it runs rackd until ctx is
-// done. Flags override the environment, which overrides the file, which
+// ServeCommand returns `rackd serve [--config FILE] [--state-dir DIR]
+// [--listen HOST:PORT] [--log-level L] [--log-format F]`, which runs rackd
+// until ctx is done: it reads the environment through getenv (the
+// process's is main's to hand over), writes its log and its usage to
+// stderr and --print-default-config to stdout, and builds the agent with
+// opts. Flags override the environment, which overrides the file, which
 // overrides the defaults.
-func ServeCommand(ctx context.Context, args []string) error {
-	return serve(ctx, args, os.Stderr, os.Getenv)
+func ServeCommand(getenv func(string) string, opts ...Option) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return serve(ctx, args, stdout, stderr, getenv, opts...)
+	}
 }
 
-func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string, opts ...Option) error {
 	fs := flag.NewFlagSet("rackd serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", getenv("RACKD_CONFIG"), "configuration `FILE` (TOML; --print-default-config shows every setting)")
@@ -49,28 +54,27 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return usageError{fmt.Errorf("rackd serve takes no arguments, got %q", fs.Args())}
 	}
 	if *printDefault {
-		_, err := io.WriteString(os.Stdout, DefaultConfigTOML)
+		_, err := io.WriteString(stdout, DefaultConfigTOML)
 		return err
 	}
 	cfg, err := LoadConfig(*configPath, getenv)
 	if err != nil {
 		return err
 	}
-	flags := func() {
-		for flagValue, field := range map[*string]*string{stateDir: &cfg.StateDir, listen: &cfg.Listen,
-			logLevel: &cfg.LogLevel, logFormat: &cfg.LogFormat, storeURL: &cfg.Store.URL} {
-			if *flagValue != "" {
-				*field = *flagValue
-			}
-		}
-	}
-	flags()
 	// The overlay of rackd cluster init/join sits in the state directory
-	// the flags chose; the flags win over it too.
+	// --state-dir chose; every flag wins over it.
+	if *stateDir != "" {
+		cfg.StateDir = *stateDir
+	}
 	if _, err := ApplyClusterOverlay(&cfg); err != nil {
 		return err
 	}
-	flags()
+	for flagValue, field := range map[*string]*string{stateDir: &cfg.StateDir, listen: &cfg.Listen,
+		logLevel: &cfg.LogLevel, logFormat: &cfg.LogFormat, storeURL: &cfg.Store.URL} {
+		if *flagValue != "" {
+			*field = *flagValue
+		}
+	}
 	if *acceptLost {
 		cfg.Store.AcceptLostSecrets = true
 	}
@@ -134,7 +138,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		}
 		return err
 	}
-	a, err := New(cfg, log)
+	a, err := New(cfg, log, opts...)
 	if err != nil {
 		return failed(nil, err)
 	}

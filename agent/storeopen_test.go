@@ -13,6 +13,7 @@ import (
 	"rackd/agent"
 	"rackd/agent/cli"
 	"rackd/internal/etcdtest"
+	"rackd/power/powertest"
 	"rackd/store"
 )
 
@@ -30,7 +31,7 @@ func TestStoreOnEtcd(t *testing.T) {
 
 	cfg := agent.DefaultConfig()
 	cfg.StateDir = t.TempDir()
-	a, err := agent.New(cfg, log)
+	a, err := agent.New(cfg, log, agent.WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestStoreOnEtcd(t *testing.T) {
 		}
 	}
 	cfg2.Store.URL = url
-	b, err := agent.New(cfg2, log)
+	b, err := agent.New(cfg2, log, agent.WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatalf("agent on etcd: %v", err)
 	}

@@ -41,7 +41,8 @@ type UpdateOptions struct {
 	// Progress, when set, is called as payload bytes are written.
 	Progress func(written, total int64)
 	Now      func() time.Time
-	Log      *slog.Logger
+	// Log gets the update's log; nil discards.
+	Log *slog.Logger
 }
 
 // SlotSize is the size of a slot's device (or file) in bytes.
@@ -75,7 +76,7 @@ func Update(ctx context.Context, r io.Reader, desc Descriptor, opt UpdateOptions
 	}
 	log := opt.Log
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	if err := desc.Validate(); err != nil {
 		return Status{}, err

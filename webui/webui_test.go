@@ -31,9 +31,6 @@ import (
 	"rackd/store/storetest"
 )
 
-// The tests run [power.fake]; the shipped binary has no fake driver.
-func init() { agent.FakePowerDriver = powertest.Driver }
-
 const rackName = "test-rack"
 
 // rig is a rackd serving its API and UI on a loopback port for one test.
@@ -59,7 +56,7 @@ func start(t *testing.T, tweak ...func(*agent.Config)) *rig {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	a, err := agent.New(cfg, log)
+	a, err := agent.New(cfg, log, agent.WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatalf("agent.New: %v", err)
 	}

@@ -25,10 +25,10 @@ import (
 var Version = "dev"
 
 // ServeFunc runs the agent for `rackd serve`; args are the arguments after
-// "serve". An error wrapping flag.ErrHelp exits 0; an error with an
-// ExitCode() int method exits with that code (2 for a usage error, say);
-// any other error exits 1.
-type ServeFunc func(ctx context.Context, args []string) error
+// "serve", stdout and stderr Main's. An error wrapping flag.ErrHelp exits
+// 0; an error with an ExitCode() int method exits with that code (2 for a
+// usage error, say); any other error exits 1.
+type ServeFunc func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // Exit codes of Main.
 const (
@@ -73,7 +73,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, serve Se
 	case "help":
 		return help(args[1:], stdout, stderr)
 	case "serve":
-		return runServe(ctx, args[1:], stderr, serve)
+		return runServe(ctx, args[1:], stdout, stderr, serve)
 	default:
 		if g := findGroup(name); g != nil {
 			return runGroup(e, g, args[1:])
@@ -87,12 +87,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, serve Se
 	}
 }
 
-func runServe(ctx context.Context, args []string, stderr io.Writer, serve ServeFunc) int {
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, serve ServeFunc) int {
 	if serve == nil {
 		fmt.Fprintln(stderr, "rackd: serve is not available in this build")
 		return exitUsage
 	}
-	err := serve(ctx, args)
+	err := serve(ctx, args, stdout, stderr)
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}

@@ -545,7 +545,7 @@ func TestServe(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			var gotArgs []string
-			serve := func(ctx context.Context, args []string) error {
+			serve := func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				gotArgs = args
 				return tc.err
 			}

@@ -26,10 +26,6 @@ import (
 	"rackd/power/powertest"
 )
 
-// The in-process rackd runs [power.fake]: the shipped binary has no fake
-// driver.
-func init() { agent.FakePowerDriver = powertest.Driver }
-
 // prometheusSeries are the series Prometheus makes itself for every target.
 var prometheusSeries = map[string][]string{"up": nil}
 
@@ -105,7 +101,7 @@ func scrapeRackd(t *testing.T) exposition {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	a, err := agent.New(cfg, log)
+	a, err := agent.New(cfg, log, agent.WithFakePowerDriver(powertest.Driver))
 	if err != nil {
 		t.Fatalf("agent.New: %v", err)
 	}

@@ -68,7 +68,8 @@ type Options struct {
 	// EFIBoot sets the "EFI boot" flag with the next-boot device (needed by
 	// some UEFI-only firmware; most BMCs ignore it).
 	EFIBoot bool
-	Logger  *slog.Logger
+	// Logger gets the driver's log; nil discards.
+	Logger *slog.Logger
 }
 
 // Driver is the IPMI power driver. Close it on shutdown to end its sessions.
@@ -132,7 +133,7 @@ func New(opts Options) *Driver {
 		opts.AuthRetryAfter = 10 * time.Second
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	d := &Driver{
 		opts:    opts,

@@ -39,12 +39,12 @@ type Driver struct {
 
 var _ power.Driver = (*Driver)(nil)
 
-// New returns a manual driver that logs to logger (slog.Default when nil),
+// New returns a manual driver that logs to logger (nil discards),
 // with driver=manual added, and keeps the last keep requests (1000 when
 // <= 0) for Requests.
 func New(logger *slog.Logger, keep int) *Driver {
 	if logger == nil {
-		logger = slog.Default()
+		logger = slog.New(slog.DiscardHandler)
 	}
 	if keep <= 0 {
 		keep = 1000

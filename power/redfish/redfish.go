@@ -75,7 +75,8 @@ type Options struct {
 	// shutdown) where the BMC offers it; by default it is ForceOff, as
 	// with IPMI.
 	GracefulOff bool
-	Logger      *slog.Logger
+	// Logger gets the driver's log; nil discards.
+	Logger *slog.Logger
 }
 
 // Stats counts sessions, for tests and debugging.
@@ -145,7 +146,7 @@ func New(opts Options) *Driver {
 		opts.MaxBody = DefaultMaxBody
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Driver{opts: opts, log: opts.Logger.With("driver", "redfish"),
 		bmcs: map[bmcKey]*bmc{}, pins: map[string]string{}, refused: map[refusal]time.Time{}}

@@ -7,7 +7,9 @@ import (
 	"rackd/power/powertest"
 )
 
-// A rackd built with -tags rackd_fakepower (the one its tests run) can
-// simulate BMCs under [power.fake]; the shipped binary does not link the test
-// driver.
-func init() { agent.FakePowerDriver = powertest.Driver }
+// serveOptions of a rackd built with -tags rackd_fakepower (the one its
+// tests run): it can simulate BMCs under [power.fake]. The shipped binary
+// does not link the test driver (nofakepower.go).
+func serveOptions() []agent.Option {
+	return []agent.Option{agent.WithFakePowerDriver(powertest.Driver)}
+}

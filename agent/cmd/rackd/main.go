@@ -16,7 +16,7 @@ func main() {
 	// Interrupt and SIGTERM cancel the context: serve shuts down cleanly, a
 	// client verb stops its request (a backup removes its temporary file).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, agent.ServeCommand)
+	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, agent.ServeCommand(os.Getenv, serveOptions()...))
 	stop()
 	os.Exit(code)
 }
