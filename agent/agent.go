@@ -75,8 +75,8 @@ type Agent struct {
 	powerDrivers map[string]power.Driver
 	fakePower    power.Driver
 	// opts are New's options.
-	opts options
-	powerClose   []func() error
+	opts       options
+	powerClose []func() error
 	// prober checks addresses before they are first handed out; nil when no
 	// DHCP interface is configured.
 	prober   Prober
