@@ -35,8 +35,13 @@ func (b bootSource) Machine(ctx context.Context, mac string) (bootconf.MachineIn
 	if err != nil {
 		return bootconf.MachineInfo{}, false, err
 	}
+	return machineInfo(m), true, nil
+}
+
+// machineInfo is what the boot decision reads of a machine.
+func machineInfo(m store.Machine) bootconf.MachineInfo {
 	return bootconf.MachineInfo{ID: m.ID, Hostname: m.Hostname, State: string(m.State), Arch: m.Arch, Image: m.DeployImage,
-		Erase: m.Erase, DiskWritten: !m.DiskWritten.IsZero()}, true, nil
+		Erase: m.Erase, DiskWritten: !m.DiskWritten.IsZero()}
 }
 
 // Environments returns the environments the registry's images make for

@@ -17,6 +17,7 @@ import (
 	"rackd/agent/api"
 	"rackd/enlist"
 	"rackd/internal/atomicfile"
+	"rackd/netboot/bootconf"
 	"rackd/store"
 )
 
@@ -328,10 +329,11 @@ func (a *Agent) reportApplied(phase, outcome string, res store.ReportResult, rep
 // is written reboots into its new system (rackd now answers "boot from local
 // disk"), whether it waits for that system to report (DEPLOYING) or is
 // DEPLOYED already; every other end powers off, which the power policy also
-// does through the BMC.
+// does through the BMC. Which is which is the boot decision's
+// (bootconf.Decide), the one every boot config and whoami answer follow.
 func reportAnswer(m store.Machine) enlist.ReportAnswer {
 	ans := enlist.ReportAnswer{State: string(m.State), Action: enlist.ActionPowerOff}
-	if m.State == store.StateDeployed || (m.State == store.StateDeploying && !m.DiskWritten.IsZero()) {
+	if bootconf.Decide(machineInfo(m), true, bootconf.Environments{}).InstalledOS {
 		ans.Action = enlist.ActionReboot
 	}
 	return ans

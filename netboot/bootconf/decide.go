@@ -137,12 +137,14 @@ const (
 	ModeErase Mode = "erase"
 )
 
-// Lifecycle states that boot something other than the local disk, as the
-// store spells them (store.State; this package does not import store so
-// that dependencies keep pointing inwards).
+// Lifecycle states that boot something other than the local disk, or
+// whose local disk holds the system rackd deployed, as the store spells
+// them (store.State; this package does not import store so that
+// dependencies keep pointing inwards).
 const (
 	stateCommissioning = "COMMISSIONING"
 	stateDeploying     = "DEPLOYING"
+	stateDeployed      = "DEPLOYED"
 	stateReleasing     = "RELEASING"
 )
 
@@ -153,6 +155,11 @@ type Decision struct {
 	// Env is the environment for Mode; zero for ModeLocal and when Missing
 	// is set.
 	Env Environment
+	// InstalledOS, with ModeLocal, says that the local disk holds the
+	// system rackd deployed (the machine is DEPLOYED, or DEPLOYING with
+	// its image written): booting it runs that system. Otherwise the
+	// local disk is only what the machine boots when nothing else is due.
+	InstalledOS bool
 	// Missing, when not empty, says that the environment Mode needs is not
 	// available (no image imported yet); the config prints it and boots
 	// from local disk instead, so that a machine is never left with a
@@ -201,7 +208,7 @@ func Decide(m MachineInfo, known bool, env Environments) Decision {
 		}
 	case stateDeploying:
 		if m.DiskWritten {
-			d.Mode = ModeLocal
+			d.Mode, d.InstalledOS = ModeLocal, true
 			break
 		}
 		d.Mode = ModeDeploy
@@ -225,6 +232,8 @@ func Decide(m MachineInfo, known bool, env Environments) Decision {
 		} else {
 			d.Missing = fmt.Sprintf("rackd: no commissioning environment is imported for %s to erase with: booting from local disk", arch)
 		}
+	case stateDeployed:
+		d.Mode, d.InstalledOS = ModeLocal, true
 	default:
 		d.Mode = ModeLocal
 	}

@@ -67,8 +67,22 @@ func TestDecideEveryState(t *testing.T) {
 				if d.Boots() != (wantMode != ModeLocal) {
 					t.Errorf("Boots() = %v for mode %q", d.Boots(), wantMode)
 				}
+				// Only a deployed machine's local disk holds the
+				// system rackd put there.
+				if wantInstalled := known && state == "DEPLOYED"; d.InstalledOS != wantInstalled {
+					t.Errorf("InstalledOS = %v, want %v", d.InstalledOS, wantInstalled)
+				}
 			})
 		}
+	}
+}
+
+// TestDecideImageWritten: a DEPLOYING machine whose image is written boots
+// its local disk, which holds the system rackd deployed.
+func TestDecideImageWritten(t *testing.T) {
+	m := MachineInfo{ID: "m-1", State: "DEPLOYING", Arch: "amd64", Image: "ubuntu-24.04", DiskWritten: true}
+	if d := Decide(m, true, testEnvironments("amd64")); d.Mode != ModeLocal || !d.InstalledOS || d.Boots() {
+		t.Errorf("decision %+v: want the local disk, the installed system", d)
 	}
 }
 
