@@ -236,21 +236,53 @@ func TestBrowserScreenshots(t *testing.T) {
 	ok(rg.api(t, rg.admin, "POST", "/api/v1/ips/reservations", api.ReserveRequest{IP: "10.20.0.5", Hostname: "pdu-a", Purpose: "rack 1 PDU A"}, nil), "reserve")
 
 	admin := rg.tab(t, chrome)
+	// readable checks a page the way an operator reads it: nothing wider
+	// than the window, and no word of the elements sel finds broken
+	// across two lines (each word's range lies on one line).
+	readable := func(t *testing.T, tb *tab, sel string) {
+		t.Helper()
+		if over := eval[int](t, tb, `document.documentElement.scrollWidth - document.documentElement.clientWidth`); over > 0 {
+			t.Errorf("the page is %d pixels wider than the window", over)
+		}
+		if sel == "" {
+			return
+		}
+		broken := eval[[]string](t, tb, `(function(){var out=[];document.querySelectorAll(`+jsString(sel)+`).forEach(function(el){
+			var w=document.createTreeWalker(el,NodeFilter.SHOW_TEXT);for(var n=w.nextNode();n;n=w.nextNode()){
+			var re=/\S+/g,m;while((m=re.exec(n.data))){var r=document.createRange();r.setStart(n,m.index);r.setEnd(n,m.index+m[0].length);
+			var tops={};Array.from(r.getClientRects()).forEach(function(c){if(c.width>0)tops[Math.round(c.top)]=1});
+			if(Object.keys(tops).length>1)out.push(m[0])}}});return out})()`)
+		if len(broken) > 0 {
+			t.Errorf("words broken across lines in %s: %q", sel, broken)
+		}
+	}
 	t.Run("login", func(t *testing.T) {
 		admin.open(t, "/login")
+		readable(t, admin, ".login p")
 		admin.screenshot(t, "login", true)
+		// A phone's width too.
+		admin.do(t, "a phone's viewport", chromedp.EmulateViewport(375, 740))
+		readable(t, admin, ".login p")
+		admin.do(t, "the laptop's viewport", chromedp.EmulateViewport(1280, 800))
 		admin.clean(t, "/login")
 	})
 	admin.login(t, rg.admin)
-	for _, p := range []struct{ name, path string }{
-		{"dashboard", "/"}, {"machines", "/machines"}, {"machine", "/machines/" + n01.ID},
-		{"machine-new", "/machines/" + n03.ID}, {"machine-deploy", "/machines/r2-n10"}, {"subnets", "/subnets"}, {"images", "/images"}, {"users", "/users"},
+	for _, p := range []struct{ name, path, words string }{
+		{"dashboard", "/", "#recent-events time"},
+		{"machines", "/machines", "#machines time, #machines td.num, #machines td.power"},
+		{"machine", "/machines/" + n01.ID, "main time, #power-requests td.nowrap"},
+		{"machine-new", "/machines/" + n03.ID, "#power-settings label, #needs-power"},
+		{"machine-deploy", "/machines/r2-n10", ".action-form label"},
+		{"subnets", "/subnets", "main time"},
+		{"images", "/images", "#imports td.progress, main time"},
+		{"users", "/users", "main time, #ssh-keys td:first-child"},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			admin.openLive(t, p.path)
 			if p.name == "images" {
 				admin.do(t, "an import running", chromedp.WaitReady(chromedp.CSS(`#imports tr[data-state="running"]`)))
 			}
+			readable(t, admin, p.words)
 			admin.screenshot(t, p.name, true)
 			admin.clean(t, p.path)
 		})
