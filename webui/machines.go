@@ -251,6 +251,9 @@ type bulkResult struct {
 	Machine api.Machine
 	OK      bool
 	Message string
+	// PowerSettings: the message ends with a link to the machine's power
+	// settings.
+	PowerSettings bool
 }
 
 // bulk applies one action to the machines ticked: first a confirmation
@@ -295,6 +298,11 @@ func (u *UI) bulk(w http.ResponseWriter, r *http.Request, s *reqSession) {
 		br := bulkResult{Machine: m, OK: res.OK(), Message: "done"}
 		if !res.OK() {
 			br.Message = res.Message()
+			if d.Action.Value == "commission" && res.Status == http.StatusConflict && m.Power.Driver == "" {
+				// The API's words name the CLI; the machine's page
+				// has the form.
+				br.Message, br.PowerSettings = "no power driver, so nothing would boot it:", true
+			}
 		}
 		d.Results = append(d.Results, br)
 	}

@@ -1031,6 +1031,15 @@ func TestBulkConfirmation(t *testing.T) {
 			t.Errorf("%s is %s, want %s", m.Hostname, m.State, want)
 		}
 	}
+	// A machine without power is refused, and its outcome points at its
+	// power settings, not at the CLI.
+	bare := rg.addMachine(t, api.CreateMachine{Hostname: "bare", MACs: []string{"52:54:00:00:00:0b"}})
+	res = b.post("/machines/bulk", url.Values{"action": {"commission"}, "id": {bare.ID, ids[2]}, "confirm": {"yes"}})
+	row := find(res.doc, func(n *html.Node) bool { return n.Data == "tr" && attrOf(n, "id") == "machine-"+bare.ID })
+	link := find(row, func(n *html.Node) bool { return n.Data == "a" && attrOf(n, "href") == "/machines/"+bare.ID+"#power-settings" })
+	if row == nil || link == nil || strings.Contains(text(row), "rackd machines set") {
+		t.Errorf("the refused machine's outcome: %q, want a link to its power settings", text(row))
+	}
 }
 
 // sseEvent is one Server-Sent Event.
