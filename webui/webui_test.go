@@ -1036,7 +1036,9 @@ func TestBulkConfirmation(t *testing.T) {
 	bare := rg.addMachine(t, api.CreateMachine{Hostname: "bare", MACs: []string{"52:54:00:00:00:0b"}})
 	res = b.post("/machines/bulk", url.Values{"action": {"commission"}, "id": {bare.ID, ids[2]}, "confirm": {"yes"}})
 	row := find(res.doc, func(n *html.Node) bool { return n.Data == "tr" && attrOf(n, "id") == "machine-"+bare.ID })
-	link := find(row, func(n *html.Node) bool { return n.Data == "a" && attrOf(n, "href") == "/machines/"+bare.ID+"#power-settings" })
+	link := find(row, func(n *html.Node) bool {
+		return n.Data == "a" && attrOf(n, "href") == "/machines/"+bare.ID+"#power-settings"
+	})
 	if row == nil || link == nil || strings.Contains(text(row), "rackd machines set") {
 		t.Errorf("the refused machine's outcome: %q, want a link to its power settings", text(row))
 	}
