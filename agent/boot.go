@@ -7,10 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 
 	"rackd/netboot/bootconf"
@@ -151,16 +149,7 @@ type bootRenderer struct {
 }
 
 func (r bootRenderer) Render(ctx context.Context, name string) ([]byte, bool, error) {
-	var req bootconf.Request
-	var err error
-	if q, ok := strings.CutPrefix(name, "ipxe?"); ok {
-		var v url.Values
-		if v, err = url.ParseQuery(q); err == nil {
-			req, err = bootconf.ParseIPXEQuery(v)
-		}
-	} else {
-		req, err = bootconf.ParsePath(name)
-	}
+	req, err := bootconf.ParsePath(name)
 	switch {
 	case errors.Is(err, bootconf.ErrNotConfig):
 		return nil, false, nil
