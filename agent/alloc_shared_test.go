@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/etcdtest"
 )
 

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/reqbody"
 	"rackd/maasapi"
 	"rackd/store"

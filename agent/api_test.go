@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/store"
 	"rackd/store/storetest"
 )

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/appliance"
 	"rackd/power/powertest"
 	"rackd/store"

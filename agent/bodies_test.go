@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // unreadBody fails the test that reads it.

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/images"
 	"rackd/internal/netnstest"
 	"rackd/netboot/bootconf"

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/images"
 	"rackd/internal/netnstest"
 )

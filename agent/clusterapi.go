@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/cluster"
 	"rackd/internal/etcdmember"
 	"rackd/store"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/cluster"
 	"rackd/images"
 	"rackd/internal/etcdmember"

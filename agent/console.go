@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/consolelog"
 	"rackd/power"
 	"rackd/power/consolehub"

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/enlist"
 	"rackd/power/powertest"
 	"rackd/store"

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/chunksum"
 	"rackd/internal/netnstest"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/netnstest"
 )
 

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/images"
 	"rackd/netboot/bootconf"
 	"rackd/netboot/files"

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // writeImageDir writes a kernel, an initrd and their manifest into a new

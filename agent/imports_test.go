@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // imageDir writes files (name -> content) and their manifest; cmdline and

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/store"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/store"
 )
 

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"path/filepath"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/store"
 )
 

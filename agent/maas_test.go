@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/maasapi"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/power"
 	"rackd/store"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/enlist"
 	"rackd/internal/ipmisim"
 	"rackd/store"

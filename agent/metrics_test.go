@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/netnstest"
 	"rackd/power/powertest"
 )

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/power"
 	"rackd/power/queue"
 	"rackd/store"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/ipmisim"
 	"rackd/internal/seal"
 	"rackd/power/powertest"

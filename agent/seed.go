@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/enlist"
 	"rackd/netboot/files"
 	"rackd/nocloud"

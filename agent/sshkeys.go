@@ -3,7 +3,7 @@ package agent
 import (
 	"net/http"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/store"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/atomicfile"
 	"rackd/maasapi"
 	"rackd/store"

@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 func TestBearerToken(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/power/queue"
 	"rackd/store"
 	"rackd/webui"

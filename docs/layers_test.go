@@ -20,7 +20,7 @@ var layers = []struct {
 	rank     int
 	prefixes []string
 }{
-	{0, []string{"agent/api", "internal", "cluster", "netboot", "power", "enlist", "nocloud", "appliance",
+	{0, []string{"api", "internal", "cluster", "netboot", "power", "enlist", "nocloud", "appliance",
 		"images", "store/kv", "store/boltfile", "initramfs"}},
 	{1, []string{"netboot/dhcp", "netboot/dns", "netboot/httpboot", "netboot/tftp", "power/ipmi", "power/redfish",
 		"power/manual", "power/consolehub", "store/kv/etcdkv", "agent/client", "enlist/cmd", "appliance/cmd"}},

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"rackd/agent"
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/netnstest"
 	"rackd/internal/seal"
 	"rackd/store"

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 	"rackd/internal/ipmisim"
 	"rackd/internal/netnstest"
 )

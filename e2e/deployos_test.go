@@ -17,7 +17,7 @@ import (
 
 	"github.com/juju/gomaasapi/v2"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/enlist"
 	"rackd/internal/netnstest"
 )

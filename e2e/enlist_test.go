@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/netnstest"
 )
 

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/ipmisim"
 	"rackd/internal/netnstest"
 	"rackd/internal/redfishsim"

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // TestE2ERedfishCommissionDeploy: a machine powered only through Redfish

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/netnstest"
 )
 

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // apiResult is an answer of the API handler.

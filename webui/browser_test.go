@@ -34,7 +34,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // screenshotsEnv names a folder (relative to the repository's root) that

@@ -12,7 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/store/storetest"
 )
 

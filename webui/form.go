@@ -13,7 +13,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/reqbody"
 )
 

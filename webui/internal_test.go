@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/reqbody"
 	"rackd/power/queue"
 	"rackd/store"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 type loginData struct {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/power/queue"
 	"rackd/store"
 )

@@ -8,7 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/ipmisim"
 	"rackd/internal/redfishsim"
 )

@@ -19,7 +19,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/enlist"
 	"rackd/internal/ipmisim"
 	"rackd/internal/redfishsim"

@@ -27,7 +27,7 @@ import (
 	"sync"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/reqbody"
 	"rackd/power/queue"
 	"rackd/store"

@@ -25,7 +25,7 @@ import (
 	"golang.org/x/net/html"
 
 	"rackd/agent"
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/power/powertest"
 	"rackd/store"
 	"rackd/store/storetest"

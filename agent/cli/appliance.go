@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 	"rackd/appliance"
 	"rackd/internal/atomicfile"
 )

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"rackd/agent"
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 	"rackd/internal/atomicfile"
 	"rackd/internal/etcdmember"
 	"rackd/store"

@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/term"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 )
 
 // detachHelp is how a console is left; docs/CLI.md says the same.

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // deployIdentity reads the files of deploy's --user-data and --ssh-key into

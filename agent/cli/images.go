@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 )
 
 // This file holds the images verbs.

@@ -9,8 +9,8 @@ import (
 	"net/netip"
 	"strings"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 )
 
 // This file holds the address management verbs: subnets, ips, leases and the

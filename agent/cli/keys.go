@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 )
 
 func keysGroup() *group {

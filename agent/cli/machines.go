@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 )
 
 // callAndPrint is the shape of most verbs: one API call, then either the

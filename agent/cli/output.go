@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 func newTable(w io.Writer) *tabwriter.Writer {

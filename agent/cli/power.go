@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 )
 
 func powerGroup() *group {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // progress draws an import's progress on stderr: a bar redrawn in place on

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"strings"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 )
 
 // stdin is where `users ssh-keys add NAME -` reads keys from; tests replace it.

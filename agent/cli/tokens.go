@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 )
 
 func tokensGroup() *group {

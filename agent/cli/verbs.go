@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"path/filepath"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 )
 
 func allocateVerb() *verb {

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // ApplianceUpdateOptions are the query of an appliance update.

@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // DefaultTimeout bounds every call except Backup, from dial to the last byte

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 )
 
 // request is what the fake server saw.

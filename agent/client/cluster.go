@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // JoinCluster asks the agent to add a new appliance to its cluster (admin,

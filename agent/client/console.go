@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // ConsoleUpgrade is the protocol of the console route's connection upgrade.

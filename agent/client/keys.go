@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // RotateKeys has the server make a new secrets key, re-encrypt every BMC

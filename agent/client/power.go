@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // PowerActions are the actions RequestPower accepts.

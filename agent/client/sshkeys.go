@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 func sshKeysPath(user, suffix string) (string, error) {

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // CreateToken makes an API token (POST /api/v1/tokens). The answer's Token,

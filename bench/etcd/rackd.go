@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/bench/internal/benchns"
 )
 

@@ -41,7 +41,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/bench/internal/powerbench"
 	"rackd/internal/ipmisim"
 	"rackd/power"

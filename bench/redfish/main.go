@@ -34,7 +34,7 @@ import (
 	"syscall"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/bench/internal/powerbench"
 	"rackd/internal/redfishsim"
 )

@@ -20,8 +20,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"rackd/agent"
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 	"rackd/power"
 	"rackd/power/powertest"
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/enlist"
 	"rackd/internal/ipmisim"
 	"rackd/internal/netnstest"

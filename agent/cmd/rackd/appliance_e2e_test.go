@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/appliance"
 )
 

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // bigBody is the size of each oversized body sent, and attackers the number

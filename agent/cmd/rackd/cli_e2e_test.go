@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/netnstest"
 	"rackd/store"
 )

@@ -34,7 +34,7 @@ import (
 	"go.uber.org/zap"
 
 	"rackd/agent"
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/cluster"
 	"rackd/internal/etcdtest"
 	"rackd/internal/netnstest"

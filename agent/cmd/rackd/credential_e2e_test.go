@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/enlist"
 	"rackd/internal/netnstest"
 )

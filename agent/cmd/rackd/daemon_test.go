@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // TestDaemonLifecycle: first start writes a private admin token; SIGTERM

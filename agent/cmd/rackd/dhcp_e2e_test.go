@@ -36,7 +36,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
-	"rackd/agent/api"
+	"rackd/api"
 	"rackd/internal/netnstest"
 	"rackd/netboot/dhcp/dhcptest"
 	"rackd/store"

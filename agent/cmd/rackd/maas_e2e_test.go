@@ -18,7 +18,7 @@ import (
 
 	"github.com/juju/gomaasapi/v2"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // Machines through Juju's own client (gomaasapi v2.4.0) against the real

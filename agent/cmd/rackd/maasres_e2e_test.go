@@ -19,7 +19,7 @@ import (
 	maassubnet "github.com/canonical/gomaasclient/entity/subnet"
 	"github.com/juju/gomaasapi/v2"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // MAAS's API as its own clients see it, from the real rackd binary: the

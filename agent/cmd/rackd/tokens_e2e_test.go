@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"rackd/agent/api"
+	"rackd/api"
 )
 
 // curlAPI calls the daemon with curl (a real HTTP client that is not Go's)

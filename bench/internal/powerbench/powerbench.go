@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 	"rackd/bench/internal/benchrackd"
 )
 

@@ -21,8 +21,8 @@ import (
 	"testing"
 
 	"rackd/agent"
-	"rackd/agent/api"
 	"rackd/agent/client"
+	"rackd/api"
 	"rackd/enlist"
 	"rackd/enlist/bmc"
 	"rackd/enlist/deploy"
