@@ -624,7 +624,7 @@ func startMachine(ctx context.Context, st *State, self string, m Machine, accel 
 
 // summary prints how to reach the lab and what to do next.
 func (st *State) summary(w io.Writer) {
-	fmt.Fprintf(w, "\nThe lab is up: %d machines, powered off, each behind its BMC.\n\n", len(st.Machines))
+	fmt.Fprintf(w, "\nThe lab is up: %d machines, each behind its own BMC.\n\n", len(st.Machines))
 	fmt.Fprintf(w, "  web UI and API  %s/\n", URL)
 	fmt.Fprintf(w, "  admin token     %s\n", st.Token)
 	fmt.Fprintf(w, "  shell settings  %s/env (RACKD_URL, RACKD_TOKEN, bin/ on PATH)\n\n", st.Dir)
