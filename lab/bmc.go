@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"rackd/internal/ipmisim"
 	"rackd/internal/redfishsim"
@@ -78,8 +79,10 @@ func runIPMI(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	// A loaded machine (a lab's VMs under TCG, a build) can take ipmi_sim
+	// past ipmisim's default 10 s to its first answer.
 	sim, err := ipmisim.New(ipmisim.Options{Addr: f.listen, User: f.user, Password: f.password,
-		PowerOn: f.powerOn, Machine: f.machine})
+		PowerOn: f.powerOn, Machine: f.machine, StartTimeout: time.Minute})
 	if err != nil {
 		return err
 	}
