@@ -140,6 +140,14 @@ func TestE2EGettingStarted(t *testing.T) {
 			t.Errorf("%s: want %s behind %s:\n%s", m.name, m.state, m.driver, show)
 		}
 	}
+	// make lab again, while the lab is up: it says so and changes nothing.
+	again, err := runGuide(t, root, home, 10*time.Minute, 0, []string{"make lab"})
+	if err != nil || !strings.Contains(again, "is up already") || !strings.Contains(again, st.Token) {
+		t.Errorf("make lab on a lab that is up: %v, want that it is up already, with its token\n%s", err, again)
+	}
+	if raw2, _ := os.ReadFile(filepath.Join(dir, "lab.json")); !bytes.Equal(raw2, raw) {
+		t.Errorf("make lab on a lab that is up changed lab.json:\n%s", raw2)
+	}
 	qemus := labPIDs(t, "qemu-system")
 	if len(qemus) == 0 {
 		t.Error("no QEMU of the lab runs before make lab-down (lab1 is deployed and on)")
