@@ -3,7 +3,9 @@ package docs
 import (
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -102,5 +104,28 @@ func TestLayers(t *testing.T) {
 	}
 	if n < 50 {
 		t.Fatalf("go list found %d packages: not the whole tree", n)
+	}
+}
+
+// TestArchitectureNamesEveryPackage fails when a production package has no
+// row of its own in docs/ARCHITECTURE.md (its folder, backquoted): the
+// table of folders and their one job is the map of the tree.
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "list", "rackd/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, imp := range strings.Fields(string(out)) {
+		pkg := strings.TrimPrefix(imp, "rackd/")
+		if rankOf(pkg) < 0 || strings.Contains(pkg, "/cmd/") {
+			continue // test support, the lab, benchmarks; binaries: their package's row
+		}
+		if !strings.Contains(string(doc), "`"+pkg+"/`") && !strings.Contains(string(doc), "`"+pkg+"`") {
+			t.Errorf("docs/ARCHITECTURE.md has no row for package %s: add `%s/` and its one job to section 2's table", pkg, pkg)
+		}
 	}
 }
