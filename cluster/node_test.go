@@ -22,10 +22,14 @@ import (
 // not, on two loaded cores).
 const ttl = cluster.DefaultSessionTTL
 
-// failover bounds how long a leadership may stay without a leader after
-// its leader stopped: the lease's TTL, and 2 s for etcd to expire it and
-// the others to see it.
-const failover = ttl + 2*time.Second
+// failover bounds the test's waits for a leadership to move to another
+// node. Quiet, that takes the lease's TTL and about 2 s for etcd to expire
+// it and the others to see it; on a loaded machine etcd's own election and
+// lease expiry take several times that (a clean-clone make test saw
+// heartbeats overdue by seconds and no leader 7 s after a member paused).
+// The bound is a liveness bound, not the product's figure: how fast a
+// failover is, is measured by make bench-etcd (failover_s).
+const failover = 60 * time.Second
 
 func client(t *testing.T, eps ...string) *clientv3.Client {
 	t.Helper()
